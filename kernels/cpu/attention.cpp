@@ -1,0 +1,128 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace ltm::kernels::cpu {
+
+void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
+                    int head_dim, int block_size, float* k_cache, float* v_cache) {
+  const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    const int64_t block = slot / block_size;
+    const int64_t offset = slot % block_size;
+    const float* k = qkv + t * 3 * d_local + d_local;
+    const float* v = k + d_local;
+    for (int h = 0; h < n_head; ++h) {
+      const int64_t dst = ((block * n_head + h) * block_size + offset) * head_dim;
+      std::memcpy(k_cache + dst, k + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
+      std::memcpy(v_cache + dst, v + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
+    }
+  }
+}
+
+namespace {
+
+constexpr int kQueryTile = 4;  // query rows computed together: each key row is loaded once per tile
+
+// One (sequence, head, tile of up to kQueryTile query rows). `scores` holds kQueryTile * context.
+void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin, int n_rows,
+                 const float* qkv, const float* k_cache, const float* v_cache, float* out,
+                 float* scores) {
+  const int hd = s.head_dim;
+  const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
+  const int first_row = s.token_offsets[seq];
+  const int n_new = s.token_offsets[seq + 1] - first_row;
+  const int ctx = s.context_lens[seq];
+  const int pos0 = ctx - n_new;  // position of the sequence's first new row
+  const int32_t* table = s.block_tables + static_cast<int64_t>(seq) * s.max_blocks_per_seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  const float* q[kQueryTile];
+  int limit[kQueryTile];  // keys 0 .. limit-1 are visible to row r
+  for (int r = 0; r < n_rows; ++r) {
+    const int row = first_row + row_begin + r;
+    q[r] = qkv + static_cast<int64_t>(row) * 3 * d_local + static_cast<int64_t>(head) * hd;
+    limit[r] = pos0 + row_begin + r + 1;
+  }
+  const int n_keys = limit[n_rows - 1];
+
+  // Scores: each key row is read once for the whole tile.
+  for (int p = 0; p < n_keys; ++p) {
+    const int64_t block = table[p / s.block_size];
+    const float* k = k_cache + ((block * s.n_head + head) * s.block_size + p % s.block_size) * hd;
+    for (int r = 0; r < n_rows; ++r) {
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < hd; ++c) dot += q[r][c] * k[c];
+      scores[r * n_keys + p] = p < limit[r] ? dot * scale : -std::numeric_limits<float>::infinity();
+    }
+  }
+  // Softmax per row.
+  float inv_sum[kQueryTile];
+  for (int r = 0; r < n_rows; ++r) {
+    float* sc = scores + r * n_keys;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < limit[r]; ++p) mx = std::max(mx, sc[p]);
+    float sum = 0.0f;
+    for (int p = 0; p < n_keys; ++p) {
+      sc[p] = p < limit[r] ? std::exp(sc[p] - mx) : 0.0f;
+      sum += sc[p];
+    }
+    inv_sum[r] = 1.0f / sum;
+  }
+  // Weighted sum of V.
+  float acc[kQueryTile][512];  // head_dim <= 512 (checked by the caller)
+  for (int r = 0; r < n_rows; ++r) std::fill(acc[r], acc[r] + hd, 0.0f);
+  for (int p = 0; p < n_keys; ++p) {
+    const int64_t block = table[p / s.block_size];
+    const float* v = v_cache + ((block * s.n_head + head) * s.block_size + p % s.block_size) * hd;
+    for (int r = 0; r < n_rows; ++r) {
+      const float w = scores[r * n_keys + p];
+      if (w == 0.0f) continue;
+#pragma omp simd
+      for (int c = 0; c < hd; ++c) acc[r][c] += w * v[c];
+    }
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    float* o = out + static_cast<int64_t>(first_row + row_begin + r) * d_local +
+               static_cast<int64_t>(head) * hd;
+    for (int c = 0; c < hd; ++c) o[c] = acc[r][c] * inv_sum[r];
+  }
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
+                     const float* v_cache, float* out) {
+  // Work items: (sequence, head, tile). Built once per call; cheap next to the math.
+  struct Item {
+    int seq, head, row_begin, n_rows;
+  };
+  std::vector<Item> items;
+  int max_ctx = 0;
+  for (int seq = 0; seq < s.n_seqs; ++seq) {
+    const int n_new = s.token_offsets[seq + 1] - s.token_offsets[seq];
+    max_ctx = std::max(max_ctx, static_cast<int>(s.context_lens[seq]));
+    for (int h = 0; h < s.n_head; ++h)
+      for (int r = 0; r < n_new; r += kQueryTile)
+        items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+#pragma omp parallel if (n_items > 1)
+  {
+    std::vector<float> scores(static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_items; ++i) {
+      const Item& it = items[i];
+      attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv, k_cache, v_cache, out,
+                  scores.data());
+    }
+  }
+}
+
+}  // namespace ltm::kernels::cpu

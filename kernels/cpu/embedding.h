@@ -1,0 +1,18 @@
+// Token and position embeddings.
+#pragma once
+
+#include <cstdint>
+
+namespace ltm::kernels::cpu {
+
+// out[t, :] = table[ids[t] - row_begin, :] for ids inside [row_begin, row_end), else zeros.
+// table: [row_end - row_begin, d] (a vocab-parallel rank's rows).
+void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_t row_end,
+               float* out, int64_t n_tokens, int64_t d);
+
+// x[t, :] += table[positions[t], :]; with table == nullptr, the sinusoid
+// pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)).
+void add_position_embedding(float* x, const float* table, const int32_t* positions,
+                            int64_t n_tokens, int64_t d);
+
+}  // namespace ltm::kernels::cpu

@@ -1,0 +1,127 @@
+// Backend: where tensors live and how the model's ops run on them.
+//
+// The model code calls only this interface, never a kernel directly, so the CPU backend
+// (OpenBLAS + threaded kernels) and the CUDA backend (cuBLAS + CUDA kernels) run the same model.
+// All pointers passed to ops are device pointers of this backend (host memory for the CPU backend).
+// Ops are enqueued on the backend's stream and may run asynchronously (CUDA); copy_to_host()
+// followed by synchronize() is the point where results are visible on the host.
+// Matrices are row-major. Shapes in comments: [rows, cols].
+// Threading: a Backend is used by one thread at a time (the rank's step thread).
+// Failure: a device error (CUDA, cuBLAS) aborts the process with host:file:line (the group goes down).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ltm {
+
+// Memory owned by a backend (or a view of memory someone else keeps alive). Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(void* data, size_t bytes, std::shared_ptr<void> owner)
+      : data_(data), bytes_(bytes), owner_(std::move(owner)) {}
+  DeviceBuffer(DeviceBuffer&&) noexcept = default;
+  DeviceBuffer& operator=(DeviceBuffer&&) noexcept = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  int32_t* i32() const { return static_cast<int32_t*>(data_); }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::shared_ptr<void> owner_;  // frees the memory when the last holder goes
+};
+
+// Metadata of one forward step's attention, already on the device (see Model::forward).
+// Sequence s owns the batch rows [token_offsets[s], token_offsets[s+1]): its new tokens,
+// at positions context_lens[s] - n_new .. context_lens[s] - 1. Its keys/values for positions
+// 0 .. context_lens[s]-1 live in the paged cache: position p is in block
+// block_tables[s * max_blocks_per_seq + p / block_size], slot p % block_size.
+struct AttentionArgs {
+  int n_seqs = 0;
+  int n_tokens = 0;
+  const int32_t* token_offsets = nullptr;  // [n_seqs + 1] device
+  const int32_t* context_lens = nullptr;   // [n_seqs] device
+  const int32_t* block_tables = nullptr;   // [n_seqs, max_blocks_per_seq] device
+  const int32_t* slot_mapping = nullptr;   // [n_tokens] device: cache slot (block * block_size + offset) of each new token
+  int max_blocks_per_seq = 0;
+  int max_context_len = 0;     // max over context_lens (host-side hint for scratch sizes)
+  int max_new_tokens = 0;      // max rows of one sequence in this step
+  int n_head = 0;              // heads on this rank
+  int head_dim = 0;            // d_k
+  int block_size = 0;          // tokens per KV block
+  // Host copies of the three arrays above (the CPU backend reads these; CUDA ignores them).
+  const int32_t* host_token_offsets = nullptr;
+  const int32_t* host_context_lens = nullptr;
+  const int32_t* host_block_tables = nullptr;
+  const int32_t* host_slot_mapping = nullptr;
+};
+
+enum class BackendKind { kCpu, kCuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string describe() const = 0;  // "cpu (2 threads, OpenBLAS ...)", "cuda:0 (NVIDIA H200)"
+
+  // --- memory ---
+  virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised
+  // Weights read from the host. When `host_outlives` and the backend computes in host memory,
+  // the buffer may alias `host` (no copy); otherwise it is copied.
+  virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;  // waits for every op enqueued so far
+  // True when communicators must be handed device memory (NCCL); false: host memory (MPI).
+  virtual bool comm_on_device() const = 0;
+
+  // --- ops (float32) ---
+  // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).
+  virtual void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+                    bool b_transposed, float beta) = 0;
+  // x[r, :] += bias[:] for every row.
+  virtual void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) = 0;
+  // x[i] += y[i].
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // x[r, :] = gelu_tanh(x[r, :] + bias[:]).
+  virtual void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) = 0;
+  // y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta.
+  virtual void layer_norm(const float* x, const float* gamma, const float* beta, float* y,
+                          int64_t rows, int64_t cols, float eps) = 0;
+  // out[t, :] = table[ids[t] - row_begin, :] when row_begin <= ids[t] < row_end, else 0.
+  // (A vocab-parallel rank holds rows [row_begin, row_end) of the embedding.)
+  virtual void embedding(const int32_t* ids, const float* table, int64_t row_begin,
+                         int64_t row_end, float* out, int64_t n_tokens, int64_t d) = 0;
+  // x[t, :] += table[positions[t], :] (learned) or the sinusoid for positions[t] (table == null).
+  virtual void add_position_embedding(float* x, const float* table, const int32_t* positions,
+                                      int64_t n_tokens, int64_t d) = 0;
+  // dst[i, :] = src[rows[i], :].
+  virtual void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
+                           int64_t d) = 0;
+  // Writes each new token's K and V (from the fused qkv rows [n_tokens, 3 * n_head * d_k])
+  // into the paged cache ([n_blocks, n_head, block_size, d_k] each) at its slot.
+  virtual void kv_cache_write(const AttentionArgs& args, const float* qkv, float* k_cache,
+                              float* v_cache) = 0;
+  // out[t, h*d_k ...] = causal softmax(q k^T / sqrt(d_k)) v over the sequence's cached keys.
+  // q is read from qkv (the first n_head * d_k columns of each row).
+  virtual void paged_attention(const AttentionArgs& args, const float* qkv, const float* k_cache,
+                               const float* v_cache, float* out) = 0;
+};
+
+// The CPU backend with `n_threads` threads for OpenBLAS and the kernels (0: all cores).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// The CUDA backend on `device` (nullptr with a message in *error when built without CUDA or
+// when the device cannot be opened).
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);
+
+}  // namespace ltm
