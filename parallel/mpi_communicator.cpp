@@ -1,0 +1,164 @@
+#include "parallel/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "parallel/mpi_call.h"
+
+namespace ltm::parallel {
+namespace {
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, WatchdogOptions options)
+    : comm_(comm), watchdog_(std::move(name), options) {
+  LTM_ASSERT(comm_ != MPI_COMM_NULL, "communicator ", watchdog_.group(), " is MPI_COMM_NULL");
+  LTM_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "Comm_set_errhandler", this->name());
+  LTM_MPI(MPI_Comm_rank(comm_, &rank_), "Comm_rank", this->name());
+  LTM_MPI(MPI_Comm_size(comm_, &size_), "Comm_size", this->name());
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ == MPI_COMM_NULL || comm_ == MPI_COMM_WORLD || comm_ == MPI_COMM_SELF) return;
+  if (mpi_finalized()) return;
+  auto lock = lock_mpi();
+  MPI_Comm_free(&comm_);  // local; an error here is not worth an abort on the way out
+}
+
+void MpiCommunicator::set_max_chunk_bytes(size_t bytes) {
+  LTM_ASSERT(bytes >= 1 && bytes <= static_cast<size_t>(INT_MAX), "max chunk bytes ", bytes);
+  max_chunk_bytes_ = bytes;
+}
+
+void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
+  if (count == 0 || size_ == 1) return;
+  constexpr const char* kOp = "all_reduce_sum";
+  const Deadline deadline = watchdog_.deadline();
+  const size_t chunk = std::max<size_t>(1, max_chunk_bytes_ / sizeof(float));
+  for (size_t offset = 0; offset < count; offset += chunk) {
+    const int n = static_cast<int>(std::min(chunk, count - offset));
+    MPI_Request request;
+    LTM_MPI(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, comm_, &request),
+            kOp, name());
+    watchdog_.wait(&request, kOp, count * sizeof(float), deadline);
+  }
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
+  if (bytes_per_rank == 0) return;
+  constexpr const char* kOp = "all_gather";
+  char* out = static_cast<char*>(recv);
+  const bool in_place = send == out + static_cast<size_t>(rank_) * bytes_per_rank;
+  const size_t total = bytes_per_rank * static_cast<size_t>(size_);
+  const Deadline deadline = watchdog_.deadline();
+  if (bytes_per_rank <= max_chunk_bytes_) {
+    const int n = static_cast<int>(bytes_per_rank);
+    MPI_Request request;
+    LTM_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, MPI_BYTE, out, n, MPI_BYTE, comm_,
+                           &request),
+            kOp, name());
+    watchdog_.wait(&request, kOp, total, deadline);
+    return;
+  }
+  // Piece [offset, offset + n) of every rank's slice: rank r's piece lands at
+  // out + r * bytes_per_rank + offset, i.e. one element of a type of n bytes and extent
+  // bytes_per_rank (MPI_Aint is 64-bit, so the stride may exceed INT_MAX).
+  for (size_t offset = 0; offset < bytes_per_rank; offset += max_chunk_bytes_) {
+    const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes_per_rank - offset));
+    MPI_Datatype piece, strided;
+    LTM_MPI(MPI_Type_contiguous(n, MPI_BYTE, &piece), "Type_contiguous", name());
+    LTM_MPI(MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(bytes_per_rank), &strided),
+            "Type_create_resized", name());
+    LTM_MPI(MPI_Type_commit(&strided), "Type_commit", name());
+    MPI_Request request;
+    LTM_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : static_cast<const char*>(send) + offset, n,
+                           MPI_BYTE, out + offset, 1, strided, comm_, &request),
+            kOp, name());
+    watchdog_.wait(&request, kOp, total, deadline);
+    LTM_MPI(MPI_Type_free(&strided), "Type_free", name());
+    LTM_MPI(MPI_Type_free(&piece), "Type_free", name());
+  }
+}
+
+void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  broadcast_impl(data, bytes, root, watchdog_.deadline(), "broadcast");
+}
+
+void MpiCommunicator::broadcast_wait(void* data, size_t bytes, int root, Deadline first_piece) {
+  broadcast_impl(data, bytes, root, rank_ == root ? watchdog_.deadline() : first_piece,
+                 "broadcast_wait");
+}
+
+void MpiCommunicator::broadcast_impl(void* data, size_t bytes, int root, Deadline first_piece,
+                                     const char* what) {
+  LTM_ASSERT(root >= 0 && root < size_, "broadcast root ", root, " on group ", name(), " of ",
+             size_);
+  if (bytes == 0 || size_ == 1) return;
+  const std::string op = absl::StrCat(what, "(root=", root, ")");
+  char* buffer = static_cast<char*>(data);
+  Deadline deadline = first_piece;
+  for (size_t offset = 0; offset < bytes; offset += max_chunk_bytes_) {
+    const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
+    MPI_Request request;
+    LTM_MPI(MPI_Ibcast(buffer + offset, n, MPI_BYTE, root, comm_, &request), op, name());
+    watchdog_.wait(&request, op, bytes, deadline);
+    // Once the first piece is here the root is sending: the rest runs under the normal timeout.
+    if (offset == 0 && first_piece.is_never()) deadline = watchdog_.deadline();
+  }
+}
+
+void MpiCommunicator::send(const void* data, size_t bytes, int dst, int tag) {
+  LTM_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "send to rank ", dst, " from rank ", rank_,
+             " on group ", name(), " of ", size_);
+  LTM_ASSERT(tag >= 0 && tag <= 32767, "tag ", tag, " outside [0, 32767] (MPI_TAG_UB minimum)");
+  const std::string op = absl::StrCat("send(dst=", dst, ",tag=", tag, ")");
+  const char* buffer = static_cast<const char*>(data);
+  const Deadline deadline = watchdog_.deadline();
+  size_t offset = 0;
+  do {  // a zero-byte send is still one message: it orders the ranks like any other
+    const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
+    MPI_Request request;
+    LTM_MPI(MPI_Isend(buffer + offset, n, MPI_BYTE, dst, tag, comm_, &request), op, name());
+    watchdog_.wait(&request, op, bytes, deadline);
+    offset += n;
+  } while (offset < bytes);
+}
+
+void MpiCommunicator::recv(void* data, size_t bytes, int src, int tag) {
+  LTM_ASSERT(src >= 0 && src < size_ && src != rank_, "recv from rank ", src, " on rank ", rank_,
+             " on group ", name(), " of ", size_);
+  LTM_ASSERT(tag >= 0 && tag <= 32767, "tag ", tag, " outside [0, 32767] (MPI_TAG_UB minimum)");
+  const std::string op = absl::StrCat("recv(src=", src, ",tag=", tag, ")");
+  char* buffer = static_cast<char*>(data);
+  const Deadline deadline = watchdog_.deadline();
+  size_t offset = 0;
+  do {
+    const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
+    MPI_Request request;
+    LTM_MPI(MPI_Irecv(buffer + offset, n, MPI_BYTE, src, tag, comm_, &request), op, name());
+    MPI_Status status = watchdog_.wait(&request, op, bytes, deadline);
+    int got = 0;
+    LTM_MPI(MPI_Get_count(&status, MPI_BYTE, &got), op, name());
+    // A longer message fails in MPI_Test (MPI_ERR_TRUNCATE); a shorter one is a sender's bug.
+    LTM_ASSERT(got == n, op, " on group ", name(), ": got ", got, " bytes where the receiver expects ",
+               n, " (piece at offset ", offset, " of ", bytes, ")");
+    offset += n;
+  } while (offset < bytes);
+}
+
+void MpiCommunicator::barrier() {
+  if (size_ == 1) return;
+  MPI_Request request;
+  LTM_MPI(MPI_Ibarrier(comm_, &request), "barrier", name());
+  watchdog_.wait(&request, "barrier", 0, watchdog_.deadline());
+}
+
+}  // namespace ltm::parallel

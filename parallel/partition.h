@@ -1,0 +1,58 @@
+// Partition arithmetic: which layers, heads, vocab rows and FFN columns a rank owns.
+//
+// Pure functions of integers (no MPI, no model types), so every split can be tested exhaustively
+// without starting ranks. The layout they implement is DESIGN.md "Ranks and slices":
+//   world = tp * pp;  rank = pp_rank * tp + tp_rank
+//   layers: contiguous per pipeline stage, uneven splits allowed (the first n_layer % pp stages
+//           get one extra layer);
+//   heads, FFN columns: contiguous per TP rank, divisibility required;
+//   vocab rows: the vocab is padded up to a multiple of tp and split evenly, so the last TP rank's
+//           range may run past the real vocab (valid_rows says how many rows are real).
+//
+// Failure: the Range functions assert (LTM_ASSERT) on arguments that validate_layout refuses; call
+// validate_layout first with user-supplied numbers and report its Status.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace ltm::parallel {
+
+// Half-open [begin, end) range of indices.
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool contains(int64_t i) const { return begin <= i && i < end; }
+  friend bool operator==(const Range&, const Range&) = default;
+};
+
+// Layers of pipeline stage `pp_rank` out of `pp` stages. Requires 1 <= pp <= n_layer.
+Range layer_range(int64_t n_layer, int pp, int pp_rank);
+
+// Attention heads of TP rank `tp_rank`. Requires n_head % tp == 0.
+Range head_range(int64_t n_head, int tp, int tp_rank);
+
+// `vocab` rounded up to a multiple of tp: the row count of the (padded) embedding matrix.
+int64_t padded_vocab(int64_t vocab, int tp);
+
+// Rows of the padded vocab owned by TP rank `tp_rank`: padded_vocab / tp rows each.
+Range vocab_range(int64_t vocab, int tp, int tp_rank);
+
+// How many rows of `rows` (a vocab_range) are real tokens (< vocab); the rest are padding.
+int64_t valid_rows(Range rows, int64_t vocab);
+
+// FFN hidden columns (of d_ff) owned by TP rank `tp_rank`. Requires d_ff % tp == 0.
+Range ffn_range(int64_t d_ff, int tp, int tp_rank);
+
+// Checks that tp >= 1, pp >= 1 and world_size == tp * pp. InvalidArgument naming the numbers,
+// e.g. "mpirun started 3 ranks but --tp 2 x --pp 2 needs 4".
+absl::Status validate_world(int world_size, int tp, int pp);
+
+// validate_world, then the model's shapes: n_head % tp, d_ff % tp, pp <= n_layer. InvalidArgument
+// with a message naming the numbers, e.g. "--tp 3 does not divide the model's 16 attention heads".
+absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int64_t n_layer,
+                             int64_t d_ff);
+
+}  // namespace ltm::parallel
