@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""A small Python client of the ltm.v1.Generation API (proto/ltm/v1/ltm.proto).
+
+As a library::
+
+    from ltm_client import LtmClient
+    with LtmClient("127.0.0.1:50051") as c:
+        print(c.generate("Hello", max_new_tokens=8).text)
+        for m in c.generate_stream("Hello", max_new_tokens=8):
+            print(m.text, end="", flush=True)
+        ids = c.tokenize("Hello")
+        text = c.detokenize(ids)
+        info = c.model_info()
+
+As a command (same flags as ltm-client)::
+
+    /usr/bin/python3 clients/python/ltm_client.py --server ADDR --prompt TEXT --max-new-tokens N
+
+Needs Debian's python3-grpcio and python3-protobuf and the stubs the build generates
+(target ltm_proto_python): found via $LTM_PYTHON_STUBS, else ../../build/python relative to this
+file. Errors of the server are raised as grpc.RpcError (the command prints them and exits 1).
+"""
+
+import argparse
+import os
+import sys
+
+
+def _add_stub_path():
+    path = os.environ.get("LTM_PYTHON_STUBS")
+    if not path:
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.normpath(os.path.join(here, "..", "..", "build", "python"))
+    if not os.path.isfile(os.path.join(path, "ltm", "v1", "ltm_pb2.py")):
+        raise ImportError(
+            f"ltm Python stubs not found in {path}: build the target ltm_proto_python and set "
+            "LTM_PYTHON_STUBS to <build dir>/python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+_add_stub_path()
+
+import grpc  # noqa: E402
+from ltm.v1 import ltm_pb2, ltm_pb2_grpc  # noqa: E402
+
+FINISH_REASONS = {
+    ltm_pb2.FINISH_REASON_UNSPECIFIED: "unspecified",
+    ltm_pb2.FINISH_REASON_LENGTH: "length",
+    ltm_pb2.FINISH_REASON_STOP: "stop",
+    ltm_pb2.FINISH_REASON_EOS: "eos",
+    ltm_pb2.FINISH_REASON_CANCELLED: "cancelled",
+    ltm_pb2.FINISH_REASON_ERROR: "error",
+}
+
+
+def make_request(prompt=None, *, prompt_token_ids=None, max_new_tokens=None, temperature=None,
+                 top_k=None, top_p=None, repetition_penalty=None, seed=None, stop=(),
+                 return_logprobs=False, request_id="", ignore_eos=False):
+    """A GenerateRequest; None leaves a field unset (the server's default applies)."""
+    req = ltm_pb2.GenerateRequest(stop=list(stop), return_logprobs=return_logprobs,
+                                  request_id=request_id, ignore_eos=ignore_eos)
+    if prompt is not None:
+        req.prompt = prompt
+    if prompt_token_ids is not None:
+        req.prompt_token_ids.extend(prompt_token_ids)
+    for name, value in (("max_new_tokens", max_new_tokens), ("temperature", temperature),
+                        ("top_k", top_k), ("top_p", top_p),
+                        ("repetition_penalty", repetition_penalty), ("seed", seed)):
+        if value is not None:
+            setattr(req, name, value)
+    return req
+
+
+class LtmClient:
+    """A connection to an ltm server. `timeout` (seconds) is the default deadline of each call."""
+
+    def __init__(self, address, timeout=None):
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address)
+        self._stub = ltm_pb2_grpc.GenerationStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is None else timeout
+
+    def generate(self, prompt=None, *, timeout=None, **kwargs):
+        """One unary call; returns the GenerateResponse (all tokens, text, usage, timings)."""
+        return self._stub.Generate(make_request(prompt, **kwargs), timeout=self._timeout(timeout))
+
+    def generate_stream(self, prompt=None, *, timeout=None, **kwargs):
+        """Yields GenerateResponse messages as tokens arrive; the last one has finish_reason and
+        usage. Breaking out of the loop cancels the call (the server frees the request)."""
+        call = self._stub.GenerateStream(make_request(prompt, **kwargs),
+                                         timeout=self._timeout(timeout))
+        try:
+            yield from call
+        finally:
+            call.cancel()  # no-op once the call has ended
+
+    def tokenize(self, text, *, timeout=None):
+        """Token ids of `text`."""
+        resp = self._stub.Tokenize(ltm_pb2.TokenizeRequest(text=text),
+                                   timeout=self._timeout(timeout))
+        return list(resp.token_ids)
+
+    def detokenize(self, token_ids, *, timeout=None):
+        """Text of `token_ids` (a character split by the ids comes back as U+FFFD)."""
+        resp = self._stub.Tokenize(ltm_pb2.TokenizeRequest(token_ids=list(token_ids)),
+                                   timeout=self._timeout(timeout))
+        return resp.text
+
+    def model_info(self, *, timeout=None):
+        """The ModelInfo message: model shape, deployment, live load."""
+        return self._stub.GetModelInfo(ltm_pb2.GetModelInfoRequest(),
+                                       timeout=self._timeout(timeout))
+
+
+def _parse_ids(text):
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected comma-separated integers") from None
+
+
+def _summary(last, ids, logprobs, show_logprobs):
+    if show_logprobs:
+        for i, lp in zip(ids, logprobs):
+            print(f"token {i} logprob {lp:.4f}", file=sys.stderr)
+    print(f"[{last.request_id}] finish_reason={FINISH_REASONS.get(last.finish_reason, '?')} "
+          f"prompt_tokens={last.usage.prompt_tokens} "
+          f"completion_tokens={last.usage.completion_tokens} "
+          f"time_to_first_token_ms={last.timings.time_to_first_token_ms:.1f} "
+          f"total_ms={last.timings.total_ms:.1f}", file=sys.stderr)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Client of an ltm server (ltm.v1.Generation).")
+    p.add_argument("--server", required=True, help="server address, HOST:PORT")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", help="prompt text")
+    prompt.add_argument("--prompt-ids", type=_parse_ids, help="prompt token ids, comma-separated")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--repetition-penalty", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--request-id", default="")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True,
+                   help="stream tokens as they come (default) or make one unary call")
+    p.add_argument("--logprobs", action="store_true", help="print token ids and logprobs")
+    p.add_argument("--timeout-s", type=float, help="deadline of each call in seconds")
+    p.add_argument("--info", action="store_true", help="print the model and server information")
+    p.add_argument("--tokenize", metavar="TEXT", help="print the token ids of TEXT")
+    p.add_argument("--detokenize", metavar="IDS", type=_parse_ids, help="print the text of ids")
+    args = p.parse_args(argv)
+    if (args.prompt is None and args.prompt_ids is None and not args.info
+            and args.tokenize is None and args.detokenize is None):
+        p.error("nothing to do: give --prompt, --prompt-ids, --info, --tokenize or --detokenize")
+
+    try:
+        with LtmClient(args.server, timeout=args.timeout_s) as client:
+            if args.info:
+                print(client.model_info(), end="", flush=True)
+            if args.tokenize is not None:
+                print(",".join(str(i) for i in client.tokenize(args.tokenize)), flush=True)
+            if args.detokenize is not None:
+                print(client.detokenize(args.detokenize), flush=True)
+            if args.prompt is None and args.prompt_ids is None:
+                return 0
+            kwargs = dict(prompt_token_ids=args.prompt_ids, max_new_tokens=args.max_new_tokens,
+                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          repetition_penalty=args.repetition_penalty, seed=args.seed,
+                          stop=args.stop, return_logprobs=args.logprobs,
+                          request_id=args.request_id, ignore_eos=args.ignore_eos)
+            if not args.stream:
+                resp = client.generate(args.prompt, **kwargs)
+                print(resp.text, flush=True)
+                _summary(resp, resp.token_ids, resp.logprobs, args.logprobs)
+                return 0
+            ids, logprobs, last = [], [], None
+            for msg in client.generate_stream(args.prompt, **kwargs):
+                sys.stdout.write(msg.text)
+                sys.stdout.flush()
+                ids.extend(msg.token_ids)
+                logprobs.extend(msg.logprobs)
+                last = msg
+            print(flush=True)
+            if last is not None:
+                _summary(last, ids, logprobs, args.logprobs)
+            return 0
+    except grpc.RpcError as e:
+        sys.stdout.flush()
+        print(f"ltm_client: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+// ltm-loadgen: load test of a running ltm server through the public streaming API.
+//
+//   ltm-loadgen --server HOST:PORT --concurrency 16 --duration-s 30 --prompt-tokens 128
+//               --max-new-tokens 64 [--requests N] [--json]
+//
+// `concurrency` client threads each run GenerateStream calls back to back. No call starts after
+// --duration-s or once --requests calls have started; calls in flight then finish (each bounded
+// by --timeout-s), so a run takes at most duration + timeout. Prompts are random token ids (seeded,
+// ids below the model's vocab size, read with GetModelInfo) of exactly --prompt-tokens tokens;
+// --ignore-eos is on by default, so each successful call generates max_new_tokens tokens.
+//
+// Reports: calls by status code, generated tokens/s and requests/s over the run's wall time, time
+// to first token (call start -> first message with a token) and inter-token latency (gap between
+// messages divided by the tokens in the later one), p50/p90/p99/mean in ms. Text, or --json.
+// Exit codes: 0 the run completed (even with failed calls); 1 the server could not be reached;
+// 2 bad command line.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ltm/v1/ltm.grpc.pb.h"
+
+namespace po = boost::program_options;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string server;
+  int concurrency = 8;
+  double duration_s = 10;
+  int64_t requests = 0;  // 0: bounded by time only
+  int prompt_tokens = 32;
+  int max_new_tokens = 64;
+  float temperature = 0;  // greedy: the cheapest sampling, and reproducible
+  bool stop_at_eos = false;
+  double timeout_s = 60;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+const char* code_name(grpc::StatusCode code) {
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN_CODE";
+}
+
+// What one thread measured; merged at the end.
+struct Samples {
+  std::vector<double> ttft_ms;
+  std::vector<double> itl_ms;
+  std::vector<double> request_ms;
+  std::map<std::string, int64_t> by_code;
+  int64_t generated_tokens = 0;
+  int64_t ok = 0;
+};
+
+struct Summary {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  size_t n = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  s.n = v.size();
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) {  // nearest rank
+    size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+  };
+  s.p50 = rank(0.50);
+  s.p90 = rank(0.90);
+  s.p99 = rank(0.99);
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+void run_one(ltm::v1::Generation::Stub& stub, const Options& o, int64_t vocab, std::mt19937_64& rng,
+             Samples& out) {
+  ltm::v1::GenerateRequest req;
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+  for (int i = 0; i < o.prompt_tokens; ++i) req.add_prompt_token_ids(id(rng));
+  req.set_max_new_tokens(o.max_new_tokens);
+  req.set_temperature(o.temperature);
+  req.set_seed(rng());
+  req.set_ignore_eos(!o.stop_at_eos);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::microseconds(static_cast<int64_t>(o.timeout_s * 1e6)));
+  const Clock::time_point start = Clock::now();
+  Clock::time_point prev = start;
+  bool first = true;
+  int64_t tokens = 0;
+  std::vector<double> ttft, itl;
+  auto reader = stub.GenerateStream(&ctx, req);
+  ltm::v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    const Clock::time_point now = Clock::now();
+    const int k = msg.token_ids_size();
+    if (k == 0) continue;
+    if (first) {
+      ttft.push_back(ms(now - start));
+      first = false;
+      for (int i = 1; i < k; ++i) itl.push_back(0.0);  // arrived together with the first
+    } else {
+      for (int i = 0; i < k; ++i) itl.push_back(ms(now - prev) / k);
+    }
+    prev = now;
+    tokens += k;
+  }
+  const grpc::Status status = reader->Finish();
+  out.by_code[code_name(status.error_code())]++;
+  if (!status.ok()) return;  // only successful calls go into the latency numbers
+  out.ok++;
+  out.generated_tokens += tokens;
+  out.request_ms.push_back(ms(Clock::now() - start));
+  out.ttft_ms.insert(out.ttft_ms.end(), ttft.begin(), ttft.end());
+  out.itl_ms.insert(out.itl_ms.end(), itl.begin(), itl.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  po::options_description desc(
+      "Usage: ltm-loadgen --server HOST:PORT [--concurrency C] [--duration-s S] [--requests N]\n"
+      "                   [--prompt-tokens P] [--max-new-tokens M] [--json]\nOptions");
+  desc.add_options()
+      ("help,h", "print this help")
+      ("server", po::value(&o.server)->required(), "server address, HOST:PORT")
+      ("concurrency", po::value(&o.concurrency)->default_value(o.concurrency), "calls in flight")
+      ("duration-s", po::value(&o.duration_s)->default_value(o.duration_s),
+       "start no call after this many seconds (at most 86400)")
+      ("requests", po::value(&o.requests)->default_value(o.requests),
+       "start at most this many calls (0: no limit but the duration)")
+      ("prompt-tokens", po::value(&o.prompt_tokens)->default_value(o.prompt_tokens),
+       "prompt length in tokens")
+      ("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
+       "tokens to generate per call")
+      ("temperature", po::value(&o.temperature)->default_value(o.temperature),
+       "sampling temperature (0 = greedy)")
+      ("stop-at-eos", po::bool_switch(&o.stop_at_eos), "let calls end at end-of-text")
+      ("timeout-s", po::value(&o.timeout_s)->default_value(o.timeout_s), "deadline of each call")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the prompts and sampling")
+      ("json", po::bool_switch(&o.json), "print the report as JSON");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+    if (o.concurrency < 1 || o.concurrency > 4096)
+      throw po::error("--concurrency must be in 1 .. 4096");
+    if (!(o.duration_s > 0 && o.duration_s <= 86400))
+      throw po::error("--duration-s must be in (0, 86400]");
+    if (o.requests < 0) throw po::error("--requests must be >= 0");
+    if (o.prompt_tokens < 1) throw po::error("--prompt-tokens must be >= 1");
+    if (o.max_new_tokens < 1) throw po::error("--max-new-tokens must be >= 1");
+    if (!(o.timeout_s > 0)) throw po::error("--timeout-s must be > 0");
+  } catch (const po::error& e) {
+    std::cerr << "ltm-loadgen: " << e.what() << "\n\n" << desc << "\n";
+    return 2;
+  }
+
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(o.server, grpc::InsecureChannelCredentials());
+  std::unique_ptr<ltm::v1::Generation::Stub> stub = ltm::v1::Generation::NewStub(channel);
+  ltm::v1::ModelInfo info;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_wait_for_ready(true);  // the server may still be starting
+    grpc::Status s = stub->GetModelInfo(&ctx, ltm::v1::GetModelInfoRequest(), &info);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ltm-loadgen: cannot reach %s: %s: %s\n", o.server.c_str(),
+                   code_name(s.error_code()), s.error_message().c_str());
+      return 1;
+    }
+  }
+  const int64_t vocab = std::max<int64_t>(1, info.vocab_size());
+
+  std::atomic<int64_t> started{0};
+  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point stop_at =
+      t0 + std::chrono::microseconds(static_cast<int64_t>(o.duration_s * 1e6));
+  std::vector<Samples> per_thread(static_cast<size_t>(o.concurrency));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.concurrency; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(t));
+      while (Clock::now() < stop_at) {
+        if (o.requests > 0 && started.fetch_add(1) >= o.requests) break;
+        run_one(*stub, o, vocab, rng, per_thread[static_cast<size_t>(t)]);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  Samples all;
+  for (Samples& s : per_thread) {
+    all.ttft_ms.insert(all.ttft_ms.end(), s.ttft_ms.begin(), s.ttft_ms.end());
+    all.itl_ms.insert(all.itl_ms.end(), s.itl_ms.begin(), s.itl_ms.end());
+    all.request_ms.insert(all.request_ms.end(), s.request_ms.begin(), s.request_ms.end());
+    for (auto& [code, n] : s.by_code) all.by_code[code] += n;
+    all.generated_tokens += s.generated_tokens;
+    all.ok += s.ok;
+  }
+  int64_t total = 0;
+  for (auto& [code, n] : all.by_code) total += n;
+  const Summary ttft = summarize(all.ttft_ms), itl = summarize(all.itl_ms),
+                latency = summarize(all.request_ms);
+  const double tokens_per_s = static_cast<double>(all.generated_tokens) / wall_s;
+  const double requests_per_s = static_cast<double>(all.ok) / wall_s;
+
+  if (o.json) {
+    auto js = [](const Summary& s) {
+      return nlohmann::json{{"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"mean", s.mean},
+                            {"n", s.n}};
+    };
+    nlohmann::json j = {
+        {"server", o.server},
+        {"model", info.model_name()},
+        {"concurrency", o.concurrency},
+        {"prompt_tokens", o.prompt_tokens},
+        {"max_new_tokens", o.max_new_tokens},
+        {"wall_s", wall_s},
+        {"requests", total},
+        {"requests_ok", all.ok},
+        {"by_code", all.by_code},
+        {"generated_tokens", all.generated_tokens},
+        {"generated_tokens_per_s", tokens_per_s},
+        {"requests_per_s", requests_per_s},
+        {"time_to_first_token_ms", js(ttft)},
+        {"inter_token_latency_ms", js(itl)},
+        {"request_latency_ms", js(latency)},
+    };
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("server %s  model %s  concurrency %d  prompt %d tokens  max_new_tokens %d\n",
+              o.server.c_str(), info.model_name().c_str(), o.concurrency, o.prompt_tokens,
+              o.max_new_tokens);
+  std::printf("requests: %lld in %.2f s, %lld ok", static_cast<long long>(total), wall_s,
+              static_cast<long long>(all.ok));
+  for (auto& [code, n] : all.by_code)
+    if (code != "OK") std::printf(", %s %lld", code.c_str(), static_cast<long long>(n));
+  std::printf("\nthroughput: %.1f generated tokens/s, %.2f requests/s\n", tokens_per_s,
+              requests_per_s);
+  auto line = [](const char* name, const Summary& s) {
+    std::printf("%-28s p50 %8.2f  p90 %8.2f  p99 %8.2f  mean %8.2f  (n=%zu)\n", name, s.p50,
+                s.p90, s.p99, s.mean, s.n);
+  };
+  line("time to first token (ms)", ttft);
+  line("inter-token latency (ms)", itl);
+  line("request latency (ms)", latency);
+  return 0;
+}
