@@ -1,0 +1,109 @@
+#include "launcher/model_setup.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "parallel/partition.h"
+
+namespace ltm {
+
+RankSetup::~RankSetup() {
+  engine.reset();
+  cache.reset();
+  model.reset();
+  source.reset();
+  backend.reset();
+  world.reset();
+}
+
+absl::StatusOr<ModelConfig> load_config_for(const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(model, ec)) return load_model_config((fs::path(model) / "config.json").string());
+  if (fs::is_regular_file(model, ec)) return load_model_config(model);
+  return absl::NotFoundError(absl::StrCat("--model ", model, ": no such folder or config file"));
+}
+
+namespace {
+
+int local_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(var)) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, int* argc,
+                                                      char*** argv) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rs = std::make_unique<RankSetup>();
+  parallel::WatchdogOptions wopts;
+  wopts.timeout_s = o.collective_timeout_s;
+  rs->world = std::make_unique<parallel::MpiWorld>(argc, argv, wopts);
+
+  // The model's shape first: a layout that cannot work is refused before any weight is read.
+  LTM_ASSIGN_OR_RETURN(ModelConfig config, load_config_for(o.model));
+  LTM_RETURN_IF_ERROR(parallel::validate_layout(rs->world->size(), o.tp, o.pp, config.n_head,
+                                                config.n_layer, config.n_inner));
+  LTM_ASSIGN_OR_RETURN(parallel::WorldLayout layout, rs->world->create_groups(o.tp, o.pp));
+
+  rs->threads = o.threads > 0 ? o.threads
+                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                                local_ranks());
+  if (o.device == "cuda") {
+    std::string error;
+    rs->backend = make_cuda_backend(layout.rank % std::max(1, local_ranks()), &error);
+    if (!rs->backend) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", error));
+  } else {
+    rs->backend = make_cpu_backend(rs->threads);
+  }
+
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.model, ec)) {
+    LTM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model));
+    rs->source = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(ckpt)), o.model);
+  } else {
+    rs->source = make_random_source(config, o.init_seed, o.init_std);
+  }
+  ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
+  LTM_ASSIGN_OR_RETURN(rs->model, Model::load(*rs->source, *rs->backend, shard, rs->world->tp()));
+
+  const uint64_t my_bytes = rs->source->bytes_read();
+  rs->bytes_read_per_rank.resize(rs->world->size());
+  rs->world->world().all_gather(&my_bytes, rs->bytes_read_per_rank.data(), sizeof(uint64_t));
+
+  // KV cache: the same block count on every rank (sized for the stage with the most layers).
+  const int64_t max_stage_layers = parallel::layer_range(config.n_layer, o.pp, 0).size();
+  const int64_t per_block = KvCache::block_bytes(max_stage_layers, rs->model->n_head_local(),
+                                                 config.head_dim(), o.block_size);
+  const int32_t context_blocks = blocks_for(config.n_positions, o.block_size);
+  int64_t budget_mb = o.kv_memory_mb;
+  if (budget_mb == 0) budget_mb = o.listen.empty() ? 0 : 1024;
+  int64_t n_blocks = budget_mb > 0 ? (budget_mb << 20) / per_block : context_blocks;
+  if (n_blocks < context_blocks && o.kv_memory_mb == 0) n_blocks = context_blocks;
+  if (n_blocks < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-memory-mb ", o.kv_memory_mb, " holds no KV block (one block takes ", per_block,
+        " bytes on this rank)"));
+  rs->n_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, 1 << 30));
+  rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
+                                        rs->model->n_head_local(), config.head_dim(),
+                                        o.block_size, rs->n_blocks);
+  rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
+                                        Comms{rs->world->world(), rs->world->tp(), rs->world->pp()});
+  rs->load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rs;
+}
+
+}  // namespace ltm

@@ -1,0 +1,42 @@
+// Everything a rank holds once started: the MPI world and groups, the backend, this rank's model
+// slices, the KV cache and the engine. Shared by ltm-worker and ltm-bench.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/worker_options.h"
+#include "parallel/world.h"
+#include "runtime/backend.h"
+#include "runtime/engine.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model.h"
+#include "runtime/weight_source.h"
+
+namespace ltm {
+
+struct RankSetup {
+  std::unique_ptr<parallel::MpiWorld> world;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<WeightSource> source;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<Engine> engine;
+  int32_t n_blocks = 0;
+  int threads = 1;
+  double load_seconds = 0;
+  std::vector<uint64_t> bytes_read_per_rank;  // checkpoint bytes each world rank read
+  ~RankSetup();  // engine, cache and model go before the world (MPI_Finalize)
+};
+
+// Starts MPI, checks the layout against the model before reading any weight (InvalidArgument
+// naming the numbers), loads this rank's slices and sizes the KV cache. Errors: InvalidArgument
+// for bad flags/layouts/configs, other codes for unreadable or corrupt checkpoints.
+absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& options, int* argc,
+                                                      char*** argv);
+
+// The model config named by --model: DIR/config.json, or a .json file (random weights).
+absl::StatusOr<ModelConfig> load_config_for(const std::string& model);
+
+}  // namespace ltm

@@ -1,0 +1,29 @@
+// ltm-worker: one rank of an ltm group. Started alone it is a world of one; under mpirun or srun
+// every rank runs this same binary (DESIGN.md "Ranks and slices").
+//
+//   ltm-worker --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N ...
+//       one-shot: generate, print the text (or JSON), exit 0.
+//   mpirun -n N ltm-worker --model DIR --tp T --pp P --listen ADDR
+//       serve the gRPC API from rank 0 (see README).
+// Exit codes: 0 done; 1 a runtime error (bad checkpoint, ...); 2 bad command line or layout;
+// 3 a collective timed out (the watchdog took the group down).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "launcher/worker_options.h"
+#include "launcher/worker_run.h"
+
+int main(int argc, char** argv) {
+  ltm::WorkerOptions options;
+  std::string error;
+  const ltm::ParseResult parsed = ltm::parse_worker_options(argc, argv, &options, &error);
+  if (parsed == ltm::ParseResult::kHelp) return 0;
+  if (parsed == ltm::ParseResult::kError) {
+    std::fprintf(stderr, "ltm-worker: %s\n\n%s", error.c_str(), ltm::worker_usage().c_str());
+    return 2;
+  }
+  return ltm::run_worker(options, &argc, &argv);
+}

@@ -1,0 +1,135 @@
+#include "launcher/worker_options.h"
+
+#include <sstream>
+
+#include <boost/program_options.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace ltm {
+namespace po = boost::program_options;
+
+namespace {
+
+po::options_description describe(WorkerOptions* o) {
+  po::options_description model("Model");
+  model.add_options()
+      ("model", po::value(&o->model), "HF GPT-2 folder (config.json, safetensors, vocab.json, merges.txt), or a config .json for random weights (GPT-3 shapes in configs/)")
+      ("init-seed", po::value(&o->init_seed)->default_value(1), "seed of random weights (config-only model)")
+      ("init-std", po::value(&o->init_std)->default_value(0.02f), "std of random weights")
+      ("tokenizer", po::value(&o->tokenizer), "folder with vocab.json + merges.txt (default: the model folder)");
+  po::options_description gen("One-shot generation");
+  gen.add_options()
+      ("prompt", po::value<std::string>(), "prompt text")
+      ("prompt-ids", po::value<std::string>(), "prompt token ids, comma-separated")
+      ("max-new-tokens", po::value(&o->max_new_tokens)->default_value(32), "tokens to generate")
+      ("temperature", po::value(&o->temperature)->default_value(0.0f), "0 = greedy")
+      ("top-k", po::value(&o->top_k)->default_value(0), "0 = off")
+      ("top-p", po::value(&o->top_p)->default_value(1.0f), "nucleus sampling, (0, 1]")
+      ("repetition-penalty", po::value(&o->repetition_penalty)->default_value(1.0f), "HF-style, 1 = off")
+      ("seed", po::value(&o->seed)->default_value(0), "sampling seed")
+      ("stop", po::value(&o->stop)->composing(), "stop string (repeatable)")
+      ("ignore-eos", po::bool_switch(&o->ignore_eos), "do not stop at the end-of-text token")
+      ("output", po::value(&o->output)->default_value("text"), "text | json")
+      ("dump-logits", po::value(&o->dump_logits), "write float32 .npy [generated, vocab]: the logits each new token was chosen from")
+      ("dump-prompt-logits", po::value(&o->dump_prompt_logits), "write float32 .npy [prompt, vocab]: the logits at every prompt position");
+  po::options_description run("Layout and resources");
+  run.add_options()
+      ("tp", po::value(&o->tp)->default_value(1), "tensor-parallel ranks per stage")
+      ("pp", po::value(&o->pp)->default_value(1), "pipeline stages")
+      ("threads", po::value(&o->threads)->default_value(0), "CPU threads per rank (0: cores / ranks on this host)")
+      ("device", po::value(&o->device)->default_value("cpu"), "cpu | cuda")
+      ("collective-timeout", po::value(&o->collective_timeout_s)->default_value(300.0), "seconds before a stuck collective takes the group down")
+      ("block-size", po::value(&o->block_size)->default_value(16), "tokens per KV cache block")
+      ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server 1024)")
+      ("max-batch-tokens", po::value(&o->max_batch_tokens)->default_value(512), "new tokens per step (prefill chunk budget)")
+      ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together");
+  po::options_description serve("Serving");
+  serve.add_options()
+      ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")
+      ("max-queue", po::value(&o->max_queue)->default_value(256), "waiting requests before RESOURCE_EXHAUSTED")
+      ("drain-timeout", po::value(&o->drain_timeout_s)->default_value(30.0), "seconds SIGTERM waits for running requests")
+      ("max-message-bytes", po::value(&o->max_message_bytes)->default_value(4 << 20), "largest request message")
+      ("verbose,v", po::bool_switch(&o->verbose), "log every step")
+      ("help,h", "this help");
+  po::options_description all("ltm-worker options");
+  all.add(model).add(gen).add(run).add(serve);
+  return all;
+}
+
+bool parse_ids(const std::string& s, std::vector<int32_t>* out, std::string* error) {
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(part, &id)) {
+      *error = absl::StrCat("--prompt-ids: '", part, "' is not an integer token id");
+      return false;
+    }
+    out->push_back(id);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string worker_usage() {
+  WorkerOptions o;
+  std::ostringstream s;
+  s << "usage: ltm-worker --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+       "       mpirun -n N ltm-worker --model DIR --tp T --pp P --listen ADDR:PORT [options]\n\n"
+    << describe(&o);
+  return s.str();
+}
+
+ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::string* error) {
+  po::options_description desc = describe(o);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::printf("%s", worker_usage().c_str());
+      return ParseResult::kHelp;
+    }
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return ParseResult::kError;
+  }
+  if (vm.count("prompt")) {
+    o->prompt = vm["prompt"].as<std::string>();
+    o->has_prompt = true;
+  }
+  if (vm.count("prompt-ids")) {
+    if (!parse_ids(vm["prompt-ids"].as<std::string>(), &o->prompt_ids, error))
+      return ParseResult::kError;
+    o->has_prompt_ids = true;
+  }
+  auto fail = [&](std::string msg) {
+    *error = std::move(msg);
+    return ParseResult::kError;
+  };
+  if (o->model.empty()) return fail("--model is required");
+  if (o->has_prompt && o->has_prompt_ids) return fail("give --prompt or --prompt-ids, not both");
+  if (o->listen.empty() && !o->has_prompt && !o->has_prompt_ids)
+    return fail("give --prompt or --prompt-ids (one-shot), or --listen ADDR:PORT (serve)");
+  if (o->has_prompt_ids && o->prompt_ids.empty()) return fail("--prompt-ids: no ids given");
+  if (o->max_new_tokens < 1) return fail("--max-new-tokens must be at least 1");
+  if (o->output != "text" && o->output != "json")
+    return fail(absl::StrCat("--output must be text or json, not '", o->output, "'"));
+  if (o->tp < 1) return fail(absl::StrCat("--tp must be at least 1, not ", o->tp));
+  if (o->pp < 1) return fail(absl::StrCat("--pp must be at least 1, not ", o->pp));
+  if (o->threads < 0) return fail("--threads must be >= 0");
+  if (o->device != "cpu" && o->device != "cuda")
+    return fail(absl::StrCat("--device must be cpu or cuda, not '", o->device, "'"));
+  if (!(o->collective_timeout_s > 0)) return fail("--collective-timeout must be > 0 seconds");
+  if (o->block_size < 1 || o->block_size > 1024) return fail("--block-size must be in [1, 1024]");
+  if (o->kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");
+  if (o->max_batch_tokens < 1) return fail("--max-batch-tokens must be at least 1");
+  if (o->max_running < 1) return fail("--max-running must be at least 1");
+  if (o->max_queue < 1) return fail("--max-queue must be at least 1");
+  if (!(o->init_std > 0)) return fail("--init-std must be > 0");
+  return ParseResult::kOk;
+}
+
+}  // namespace ltm

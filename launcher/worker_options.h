@@ -1,0 +1,54 @@
+// ltm-worker's command line (Boost.program_options). Flags are a stable interface: scripts and
+// job files depend on them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ltm {
+
+struct WorkerOptions {
+  // Model
+  std::string model;            // HF GPT-2 folder, or a config .json (random weights)
+  uint64_t init_seed = 1;       // random weights: seed
+  float init_std = 0.02f;       // random weights: std
+  std::string tokenizer;        // folder with vocab.json + merges.txt (default: the model folder)
+  // One-shot generation
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  bool has_prompt = false, has_prompt_ids = false;
+  int32_t max_new_tokens = 32;
+  float temperature = 0.0f;     // one-shot default: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string output = "text";  // text | json
+  std::string dump_logits;
+  std::string dump_prompt_logits;
+  // Layout and resources
+  int tp = 1;
+  int pp = 1;
+  int threads = 0;              // 0: all cores / ranks on this host
+  std::string device = "cpu";   // cpu | cuda
+  double collective_timeout_s = 300;
+  int32_t block_size = 16;
+  int64_t kv_memory_mb = 0;     // 0: one-shot sizes the cache for the request; server: 1024
+  int32_t max_batch_tokens = 512;
+  int32_t max_running = 64;
+  // Serving
+  std::string listen;           // ADDR:PORT; empty = one-shot
+  int32_t max_queue = 256;
+  double drain_timeout_s = 30;
+  int64_t max_message_bytes = 4 << 20;
+  bool verbose = false;
+};
+
+enum class ParseResult { kOk, kHelp, kError };
+ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string* error);
+std::string worker_usage();
+
+}  // namespace ltm

@@ -1,0 +1,273 @@
+#include "launcher/worker_run.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "launcher/model_setup.h"
+#include "runtime/grpc_server.h"
+#include "runtime/npy.h"
+#include "runtime/scheduler.h"
+#include "runtime/tokenizer.h"
+#include "spdlog/spdlog.h"
+
+namespace ltm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One-shot generation on rank 0. Returns the exit code.
+int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) {
+  const ModelConfig& config = rs.model->config();
+  GenerationRequest req;
+  if (o.has_prompt) {
+    if (!tokenizer) {
+      std::fprintf(stderr, "ltm-worker: --prompt needs a tokenizer: %s has no vocab.json/merges.txt "
+                           "(give --tokenizer DIR, or --prompt-ids)\n", o.model.c_str());
+      return 2;
+    }
+    if (!is_valid_utf8(o.prompt)) {
+      std::fprintf(stderr, "ltm-worker: --prompt is not valid UTF-8\n");
+      return 2;
+    }
+    req.prompt_ids = tokenizer->encode(o.prompt);
+  } else {
+    req.prompt_ids = o.prompt_ids;
+  }
+  if (req.prompt_ids.empty()) {
+    std::fprintf(stderr, "ltm-worker: the prompt is empty (it encodes to no tokens)\n");
+    return 2;
+  }
+  for (int32_t id : req.prompt_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      std::fprintf(stderr, "ltm-worker: prompt token id %d is outside the vocabulary [0, %lld)\n",
+                   id, static_cast<long long>(config.vocab_size));
+      return 2;
+    }
+  }
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
+  if (n_prompt + o.max_new_tokens > config.n_positions) {
+    std::fprintf(stderr,
+                 "ltm-worker: the prompt (%lld tokens) + --max-new-tokens (%d) exceeds the model's "
+                 "context window of %lld tokens\n",
+                 static_cast<long long>(n_prompt), o.max_new_tokens,
+                 static_cast<long long>(config.n_positions));
+    return 2;
+  }
+  req.max_new_tokens = o.max_new_tokens;
+  req.sampling.temperature = o.temperature;
+  req.sampling.top_k = o.top_k;
+  req.sampling.top_p = o.top_p;
+  req.sampling.repetition_penalty = o.repetition_penalty;
+  req.sampling.seed = o.seed;
+  if (absl::Status st = validate(req.sampling); !st.ok()) {
+    std::fprintf(stderr, "ltm-worker: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  req.stop = o.stop;
+  req.ignore_eos = o.ignore_eos;
+  req.return_logprobs = true;
+  req.return_full_logits = !o.dump_logits.empty();
+  req.return_prompt_logits = !o.dump_prompt_logits.empty();
+  const std::vector<int32_t> prompt_ids = req.prompt_ids;
+
+  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size,
+                      SchedulerOptions{o.max_batch_tokens, o.max_running, 1});
+  std::vector<int32_t> generated;
+  std::vector<float> logprobs, logits, prompt_logits;
+  std::string text;
+  GenerationEvent final_event;
+  const Clock::time_point t0 = Clock::now();
+  double ttft = 0;
+  absl::Status st = scheduler.submit(std::move(req), [&](GenerationEvent ev) {
+    if (generated.empty() && !ev.token_ids.empty()) ttft = seconds_since(t0);
+    generated.insert(generated.end(), ev.token_ids.begin(), ev.token_ids.end());
+    logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    logits.insert(logits.end(), ev.full_logits.begin(), ev.full_logits.end());
+    prompt_logits.insert(prompt_logits.end(), ev.prompt_logits.begin(), ev.prompt_logits.end());
+    text += ev.text;
+    if (o.output == "text" && !ev.text.empty()) {
+      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (ev.finished) final_event = std::move(ev);
+  });
+  if (!st.ok()) {
+    std::fprintf(stderr, "ltm-worker: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  scheduler.run_until_idle();
+  const double total = seconds_since(t0);
+  if (final_event.finish_reason == FinishReason::kError) {
+    std::fprintf(stderr, "ltm-worker: generation failed: %s\n", final_event.error.c_str());
+    return 1;
+  }
+  const int64_t V = config.vocab_size;
+  if (!o.dump_logits.empty()) {
+    absl::Status w = write_npy_f32(o.dump_logits, logits,
+                                   {static_cast<int64_t>(logits.size()) / V, V});
+    if (!w.ok()) {
+      std::fprintf(stderr, "ltm-worker: --dump-logits: %s\n", std::string(w.message()).c_str());
+      return 1;
+    }
+  }
+  if (!o.dump_prompt_logits.empty()) {
+    absl::Status w = write_npy_f32(o.dump_prompt_logits, prompt_logits,
+                                   {static_cast<int64_t>(prompt_logits.size()) / V, V});
+    if (!w.ok()) {
+      std::fprintf(stderr, "ltm-worker: --dump-prompt-logits: %s\n",
+                   std::string(w.message()).c_str());
+      return 1;
+    }
+  }
+  const double decode_s = total - ttft;
+  const double decode_tps = generated.size() > 1 && decode_s > 0 ? (generated.size() - 1) / decode_s : 0;
+  if (o.output == "json") {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt_ids;
+    j["generated_ids"] = generated;
+    j["logprobs"] = logprobs;
+    j["text"] = text;
+    j["finish_reason"] = finish_reason_name(final_event.finish_reason);
+    j["timings"] = {{"load_s", rs.load_seconds},
+                    {"time_to_first_token_s", ttft},
+                    {"total_s", total},
+                    {"prefill_tokens_per_s", ttft > 0 ? prompt_ids.size() / ttft : 0},
+                    {"decode_tokens_per_s", decode_tps}};
+    j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"threads", rs.threads}};
+    j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    if (o.verbose)
+      std::fprintf(stderr, "ltm-worker: %zu prompt + %zu new tokens, first token %.3f s, %.1f tokens/s\n",
+                   prompt_ids.size(), generated.size(), ttft, decode_tps);
+  }
+  return 0;
+}
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal.store(sig); }
+
+// Serving on rank 0. Returns the exit code.
+int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
+  const ModelConfig& config = rs.model->config();
+  Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size,
+                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue});
+  EngineInfo info;
+  info.model_name = std::filesystem::path(o.model).filename().string();
+  info.model = config;
+  info.tp = o.tp;
+  info.pp = o.pp;
+  info.dtype = "fp32";
+  info.stats = [&scheduler] {
+    const SchedulerStats s = scheduler.stats();
+    EngineStats e;
+    e.kv_blocks_total = s.kv_blocks_total;
+    e.kv_blocks_free = s.kv_blocks_free;
+    e.kv_block_size = s.block_size;
+    e.queue_depth = s.queue_depth;
+    e.running = s.running;
+    e.requests_served = s.requests_served;
+    return e;
+  };
+  GrpcServerOptions gopts;
+  gopts.address = o.listen;
+  gopts.max_receive_message_bytes = static_cast<int>(o.max_message_bytes);
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
+      GrpcServer::start(gopts, scheduler, tokenizer, info);
+  if (!server.ok()) {
+    std::fprintf(stderr, "ltm-worker: cannot serve on %s: %s\n", o.listen.c_str(),
+                 std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "ltm-worker: serving %s on %s (tp %d, pp %d, %d KV blocks of %d tokens)\n",
+               info.model_name.c_str(), (*server)->address().c_str(), o.tp, o.pp, rs.n_blocks,
+               o.block_size);
+  std::fflush(stderr);
+
+  // SIGTERM/SIGINT: stop taking requests, finish (or after --drain-timeout cancel) the rest.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done.load()) return;
+    std::fprintf(stderr, "ltm-worker: signal %d: draining (up to %.0f s)\n", g_signal.load(),
+                 o.drain_timeout_s);
+    const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
+    (*server)->begin_drain();
+    scheduler.stop(Clock::now() + std::chrono::duration_cast<Clock::duration>(drain));
+  });
+  scheduler.serve();
+  done.store(true);
+  watcher.join();
+  (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  std::fprintf(stderr, "ltm-worker: drained, exiting\n");
+  return 0;
+}
+
+}  // namespace
+
+int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
+  absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
+    return setup.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  RankSetup& rs = **setup;
+  if (rs.world->rank() != 0) {
+    rs.engine->follow();
+    return 0;
+  }
+  // Rank 0: the tokenizer (optional for one-shot with --prompt-ids).
+  std::optional<Tokenizer> tokenizer;
+  const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer
+                              : std::filesystem::is_directory(o.model) ? o.model : std::string();
+  int code = 0;
+  if (!tok_dir.empty() && std::filesystem::exists(std::filesystem::path(tok_dir) / "vocab.json")) {
+    absl::StatusOr<Tokenizer> t = Tokenizer::load(tok_dir);
+    if (!t.ok()) {
+      std::fprintf(stderr, "ltm-worker: %s\n", std::string(t.status().message()).c_str());
+      code = 1;
+    } else {
+      tokenizer = std::move(*t);
+    }
+  } else if (!o.tokenizer.empty()) {
+    std::fprintf(stderr, "ltm-worker: --tokenizer %s has no vocab.json\n", o.tokenizer.c_str());
+    code = 2;
+  }
+  if (code == 0) {
+    if (!o.listen.empty()) {
+      if (!tokenizer) {
+        std::fprintf(stderr, "ltm-worker: serving needs a tokenizer (vocab.json + merges.txt in the "
+                             "model folder, or --tokenizer DIR)\n");
+        code = 2;
+      } else {
+        code = serve(o, rs, *tokenizer);
+      }
+    } else {
+      code = one_shot(o, rs, tokenizer ? &*tokenizer : nullptr);
+    }
+  }
+  rs.engine->shutdown();
+  return code;
+}
+
+}  // namespace ltm

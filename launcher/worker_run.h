@@ -1,0 +1,12 @@
+// What ltm-worker does once its flags are parsed: join the MPI world, load this rank's slices,
+// then either run one generation (one-shot) or serve the gRPC API (rank 0) while the other ranks
+// follow rank 0's step plans. Returns the process exit code.
+#pragma once
+
+#include "launcher/worker_options.h"
+
+namespace ltm {
+
+int run_worker(const WorkerOptions& options, int* argc, char*** argv);
+
+}  // namespace ltm

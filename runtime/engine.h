@@ -1,0 +1,68 @@
+// Engine: runs one forward step on every rank of the group, as rank 0 plans it.
+//
+// Rank 0 calls step(plan): the plan is broadcast to all ranks; each pipeline stage runs its
+// layers (receiving activations from the previous stage, sending to the next); the last stage
+// computes its vocab slice of the logits, the TP ranks of the last stage combine what sampling
+// needs, and the sampled ids travel back to rank 0. Every other rank sits in follow(), executing
+// plans until rank 0 calls shutdown().
+// Threading: step()/shutdown() from one thread on rank 0 only; follow() on the other ranks.
+// Failure: communication failures and timeouts abort the whole group (parallel/ watchdog).
+#pragma once
+
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "runtime/backend.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/step_plan.h"
+
+namespace ltm {
+
+struct Comms {
+  parallel::Communicator& world;
+  parallel::Communicator& tp;  // this rank's TP group (same stage)
+  parallel::Communicator& pp;  // this rank's PP group (same tp_rank, one rank per stage)
+};
+
+struct StepOutput {
+  std::vector<SampleResult> samples;  // one per plan.input.logit_rows entry
+  std::vector<float> logits;          // [rows, vocab_size] when plan.want_logits
+};
+
+class Engine {
+ public:
+  Engine(Model& model, Backend& backend, KvCache& cache, Comms comms);
+
+  // Rank 0: runs `plan` on every rank and returns the sampled tokens.
+  StepOutput step(const StepPlan& plan);
+  // Rank 0: releases the other ranks from follow().
+  void shutdown();
+  // Other ranks: executes broadcast plans until shutdown.
+  void follow();
+
+  // Seconds spent in communication on this rank (plan broadcast excluded), for benchmarks.
+  double comm_seconds() const { return comm_seconds_; }
+
+ private:
+  StepOutput execute(const StepPlan& plan);
+  void broadcast_plan(const StepPlan& plan);
+  std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits);
+  void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
+
+  Model& model_;
+  Backend& backend_;
+  KvCache& cache_;
+  Comms comms_;
+  int last_stage_root_ = 0;  // world rank of the last stage's tp_rank 0
+  DeviceBuffer hidden_;      // [n_tokens, d]
+  DeviceBuffer logits_;      // [rows, vocab_local]
+  std::vector<float> host_logits_;
+  double comm_seconds_ = 0;
+};
+
+// The random stream for a request's `token_index`-th token.
+Rng token_rng(uint64_t seed, int32_t token_index);
+
+}  // namespace ltm

@@ -1,0 +1,77 @@
+"""An independent PyTorch implementation of GPT-2's forward pass (as HF GPT2LMHeadModel computes
+it), used as the reference that ltm's logits and generations are compared with.
+
+Written from the model's definition, not from ltm's code: pre-norm blocks, fused c_attn (Conv1D:
+[in, out] weights), causal softmax attention, tanh GELU, tied LM head. Computes in float64 by
+default, so the reference's own rounding does not eat into the 1e-4 tolerance.
+"""
+import math
+from typing import Dict, List, Optional
+
+import torch
+
+
+class Gpt2Reference:
+    def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
+                 dtype: torch.dtype = torch.float64):
+        self.w = {k: v.to(dtype) for k, v in weights.items()}
+        self.n_layer = config["n_layer"]
+        self.n_head = config["n_head"]
+        self.d = config["n_embd"]
+        self.eps = config.get("layer_norm_epsilon", 1e-5)
+        self.sinusoidal = config.get("position_embedding_type") == "sinusoidal"
+        self.dtype = dtype
+
+    def _positions(self, n: int) -> torch.Tensor:
+        if not self.sinusoidal:
+            return self.w["wpe.weight"][:n]
+        pos = torch.arange(n, dtype=torch.float64)[:, None]
+        i2 = torch.arange(0, self.d, 2, dtype=torch.float64)[None, :]
+        angle = pos / torch.pow(10000.0, i2 / self.d)
+        pe = torch.zeros(n, self.d, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(angle)
+        pe[:, 1::2] = torch.cos(angle)[:, : pe[:, 1::2].shape[1]]
+        return pe.to(self.dtype)
+
+    def _ln(self, x, name):
+        return torch.nn.functional.layer_norm(x, (self.d,), self.w[name + ".weight"],
+                                              self.w[name + ".bias"], self.eps)
+
+    @staticmethod
+    def _gelu(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    def logits(self, ids: List[int]) -> torch.Tensor:
+        """Logits [len(ids), vocab] of every position (full recompute, no cache)."""
+        n = len(ids)
+        x = self.w["wte.weight"][torch.tensor(ids)] + self._positions(n)
+        hd = self.d // self.n_head
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+        for l in range(self.n_layer):
+            p = f"h.{l}."
+            h = self._ln(x, p + "ln_1")
+            qkv = h @ self.w[p + "attn.c_attn.weight"] + self.w[p + "attn.c_attn.bias"]
+            q, k, v = qkv.split(self.d, dim=1)
+            q = q.view(n, self.n_head, hd).transpose(0, 1)
+            k = k.view(n, self.n_head, hd).transpose(0, 1)
+            v = v.view(n, self.n_head, hd).transpose(0, 1)
+            att = (q @ k.transpose(1, 2)) / math.sqrt(hd)
+            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+            o = (att @ v).transpose(0, 1).reshape(n, self.d)
+            x = x + o @ self.w[p + "attn.c_proj.weight"] + self.w[p + "attn.c_proj.bias"]
+            h = self._ln(x, p + "ln_2")
+            f = self._gelu(h @ self.w[p + "mlp.c_fc.weight"] + self.w[p + "mlp.c_fc.bias"])
+            x = x + f @ self.w[p + "mlp.c_proj.weight"] + self.w[p + "mlp.c_proj.bias"]
+        x = self._ln(x, "ln_f")
+        return x @ self.w["wte.weight"].T
+
+    def greedy(self, ids: List[int], n_new: int, eos: Optional[int] = None) -> List[int]:
+        seq = list(ids)
+        out = []
+        for _ in range(n_new):
+            tok = int(torch.argmax(self.logits(seq)[-1]))
+            out.append(tok)
+            seq.append(tok)
+            if eos is not None and tok == eos:
+                break
+        return out

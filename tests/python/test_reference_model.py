@@ -1,0 +1,187 @@
+"""ltm-worker against the independent PyTorch reference (ltm_testing/reference.py) on small random
+HF GPT-2 checkpoints: logits of every prompt position, logits each new token was chosen from
+(decode through the KV cache vs. a full recompute), greedy generations, dtypes, sharding, names
+without the "transformer." prefix, sinusoidal positions, and the command line's errors."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from ltm_testing.checkpoint import load_checkpoint, make_checkpoint
+from ltm_testing.reference import Gpt2Reference
+from ltm_testing.worker import generate_json, run_worker
+
+TOL = 1e-4
+SHAPE = dict(vocab_size=997, n_positions=96, n_embd=64, n_layer=3, n_head=4)
+
+
+def reference_for(path):
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    return Gpt2Reference(load_checkpoint(path), config)
+
+
+def prompt(n, seed=0, vocab=SHAPE["vocab_size"]):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+
+def check_logits(path, tmp_path, ids, n_new=6, extra=()):
+    ref = reference_for(path)
+    p_npy, g_npy = tmp_path / "prompt.npy", tmp_path / "gen.npy"
+    out = generate_json(path, prompt_ids=ids, max_new_tokens=n_new,
+                        extra=["--dump-prompt-logits", p_npy, "--dump-logits", g_npy,
+                               "--ignore-eos", *extra])
+    gen = out["generated_ids"]
+    assert len(gen) == n_new
+    full = ref.logits(ids + gen).numpy()
+    got_prompt = np.load(p_npy)
+    got_gen = np.load(g_npy)
+    assert got_prompt.shape == (len(ids), SHAPE["vocab_size"])
+    assert got_gen.shape == (n_new, SHAPE["vocab_size"])
+    d_prompt = np.abs(got_prompt - full[: len(ids)]).max()
+    # Token i was chosen from the logits at position len(ids) - 1 + i: decode through the KV
+    # cache must equal the full recompute.
+    d_gen = np.abs(got_gen - full[len(ids) - 1: len(ids) - 1 + n_new]).max()
+    print(f"max |logits - reference|: prompt {d_prompt:.3g}, decode {d_gen:.3g}")
+    assert d_prompt < TOL
+    assert d_gen < TOL
+    # Greedy picks are the argmax of what was dumped.
+    assert gen == [int(np.argmax(r)) for r in got_gen]
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16", "BF16"])
+def test_logits_match_reference(tmp_path, dtype):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, dtype=dtype, seed=1, **SHAPE)
+    check_logits(path, tmp_path, prompt(21, seed=1))
+
+
+def test_sharded_checkpoint_without_prefix(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, shards=3, prefix="", seed=2, **SHAPE)
+    check_logits(path, tmp_path, prompt(9, seed=2))
+
+
+def test_sinusoidal_positions(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, sinusoidal=True, seed=3, **SHAPE)
+    check_logits(path, tmp_path, prompt(13, seed=3))
+
+
+def test_long_prompt_in_chunks(tmp_path):
+    # A prompt longer than the per-step token budget is prefilled in chunks.
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=4, **SHAPE)
+    check_logits(path, tmp_path, prompt(70, seed=4), extra=["--max-batch-tokens", "16",
+                                                            "--block-size", "8"])
+
+
+def test_greedy_generation_matches_reference_for_32_steps(tmp_path):
+    # Weights drawn with std 0.2 so that the output depends on the context (at GPT-2's 0.02
+    # a random model repeats one token and a match would prove little).
+    path = str(tmp_path / "m")
+    make_checkpoint(path, std=0.2, seed=5, **SHAPE)
+    ref = reference_for(path)
+    for s in range(3):
+        ids = prompt(5 + 7 * s, seed=10 + s)
+        want = ref.greedy(ids, 32)
+        got = generate_json(path, prompt_ids=ids, max_new_tokens=32,
+                            extra=["--ignore-eos"])["generated_ids"]
+        assert len(set(want)) > 4, "the reference output should vary"
+        assert got == want
+
+
+def test_seeded_sampling_is_reproducible(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, std=0.2, seed=6, **SHAPE)
+    ids = prompt(8, seed=6)
+    args = ["--temperature", "0.8", "--top-p", "0.9", "--top-k", "50", "--ignore-eos"]
+    a = generate_json(path, prompt_ids=ids, max_new_tokens=24, extra=[*args, "--seed", "7"])
+    b = generate_json(path, prompt_ids=ids, max_new_tokens=24, extra=[*args, "--seed", "7"])
+    c = generate_json(path, prompt_ids=ids, max_new_tokens=24, extra=[*args, "--seed", "8"])
+    assert a["generated_ids"] == b["generated_ids"]
+    assert a["generated_ids"] != c["generated_ids"]
+
+
+def test_text_prompt_with_real_gpt2_vocab(tmp_path):
+    vocab_dir = os.environ["LTM_GPT2_DIR"]
+    path = str(tmp_path / "m")
+    make_checkpoint(path, copy_vocab_from=vocab_dir, n_positions=64, n_embd=32, n_layer=2,
+                    n_head=2, std=0.2, seed=7)
+    out = generate_json(path, prompt="Hello world", max_new_tokens=5, extra=["--ignore-eos"])
+    assert out["prompt_ids"] == [15496, 995]
+    assert len(out["generated_ids"]) == 5
+    ref = reference_for(path)
+    assert out["generated_ids"] == ref.greedy([15496, 995], 5)
+    p = run_worker(["--model", path, "--prompt", "Hello world", "--max-new-tokens", "5",
+                    "--ignore-eos"])
+    assert p.stdout.rstrip("\n") == out["text"]
+
+
+def test_stops_at_eos(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, std=0.2, seed=8, **SHAPE)
+    ids = prompt(6, seed=8)
+    free = generate_json(path, prompt_ids=ids, max_new_tokens=8, extra=["--ignore-eos"])
+    # Make the third generated token the end-of-text token by declaring it so in the config.
+    eos = free["generated_ids"][2]
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    config["eos_token_id"] = eos
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    first = free["generated_ids"].index(eos)
+    out = generate_json(path, prompt_ids=ids, max_new_tokens=8)
+    assert out["generated_ids"] == free["generated_ids"][: first + 1]
+    assert out["finish_reason"] == "EOS"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--top-p", "1.5"], "top_p"),
+    (["--output", "yaml"], "--output"),
+    (["--bogus-flag"], "bogus"),
+    (["--prompt-ids", "1,x,3"], "--prompt-ids"),
+])
+def test_flag_errors_exit_2_with_usage(tmp_path, args, message):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=9, **SHAPE)
+    base = ["--model", path, "--max-new-tokens", "2"]
+    if "--prompt-ids" not in args:
+        base += ["--prompt-ids", "1,2,3"]
+    p = run_worker(base + args, check=False)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr
+
+
+def test_prompt_longer_than_context_is_an_error(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=10, **SHAPE)
+    p = run_worker(["--model", path, "--prompt-ids", ",".join(["5"] * 100),
+                    "--max-new-tokens", "4"], check=False)
+    assert p.returncode == 2
+    assert "context window of 96 tokens" in p.stderr
+
+
+def test_token_id_outside_vocab_is_an_error(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=11, **SHAPE)
+    p = run_worker(["--model", path, "--prompt-ids", "1,997", "--max-new-tokens", "2"],
+                   check=False)
+    assert p.returncode == 2
+    assert "997" in p.stderr and "outside the vocabulary" in p.stderr
+
+
+def test_corrupt_checkpoint_is_an_error_not_a_crash(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=12, **SHAPE)
+    f = os.path.join(path, "model.safetensors")
+    with open(f, "r+b") as fh:
+        fh.truncate(os.path.getsize(f) // 2)
+    p = run_worker(["--model", path, "--prompt-ids", "1,2", "--max-new-tokens", "2"], check=False)
+    assert p.returncode == 1
+    assert "model.safetensors" in p.stderr
