@@ -1,0 +1,346 @@
+// Paged attention for decode: one new query row per sequence, attending to its whole context.
+//
+// Grid (head, sequence, partition); a block of kWarps warps covers the keys
+// [partition * partition_tokens, +partition_tokens) of one (sequence, head). Warp w takes the
+// partition's KV blocks w, w + kWarps, ... and, per KV block:
+//   1. scores: a group of `lanes_per_key` lanes (a power of two, enough to give each lane about one
+//      float4 of the head) computes one key's q.k; a warp covers 32 / lanes_per_key keys per pass,
+//      reading them as one contiguous, coalesced run of the block (keys of a head are contiguous in
+//      the [n_blocks, n_head, block_size, d_k] layout);
+//   2. online softmax: new running max m' = max(m, block max); the accumulator and running sum are
+//      rescaled by exp(m - m'), the block's weights are exp(s - m');
+//   3. acc += sum_k w_k v_k, each lane owning the same float4 columns it used for the scores.
+// Then the lane groups (same m) are summed with shuffles, the warps merged through shared memory
+// with the exp(m_w - m_max) rescaling, and either the normalised row is written (one partition) or
+// the partition's (accumulator, max, sum) go to the workspace for decode_merge_kernel.
+#include <cmath>
+
+#include "kernels/cuda/attention_launch.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.h"
+
+namespace ltm::kernels::cuda::detail {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kMaxVecsPerLane = 4;  // ceil(vecs per head / lanes_per_key) <= this
+constexpr int kMergeThreads = 128;
+
+// kVec floats per load: float4 when the head and every pointer allow it, else float.
+template <int kVec>
+struct VecOf;
+template <>
+struct VecOf<4> {
+  using T = float4;
+};
+template <>
+struct VecOf<1> {
+  using T = float;
+};
+
+__device__ __forceinline__ float dot_v(float4 a, float4 b) { return dot4(a, b); }
+__device__ __forceinline__ float dot_v(float a, float b) { return a * b; }
+__device__ __forceinline__ void fma_v(float4& acc, float w, float4 v) { fma4(acc, w, v); }
+__device__ __forceinline__ void fma_v(float& acc, float w, float v) { acc = fmaf(w, v, acc); }
+__device__ __forceinline__ float4 scale_v(float4 v, float s) { return v * s; }
+__device__ __forceinline__ float scale_v(float v, float s) { return v * s; }
+__device__ __forceinline__ void zero_v(float4& v) { v = make_float4(0.f, 0.f, 0.f, 0.f); }
+__device__ __forceinline__ void zero_v(float& v) { v = 0.0f; }
+__device__ __forceinline__ float4 shfl_xor_v(float4 v, int offset) {
+  return make_float4(__shfl_xor_sync(kFullMask, v.x, offset), __shfl_xor_sync(kFullMask, v.y, offset),
+                     __shfl_xor_sync(kFullMask, v.z, offset), __shfl_xor_sync(kFullMask, v.w, offset));
+}
+__device__ __forceinline__ float shfl_xor_v(float v, int offset) {
+  return __shfl_xor_sync(kFullMask, v, offset);
+}
+
+// Lanes cooperating on one key: the smallest power of two >= vecs (one vector per lane), <= 32.
+__host__ __device__ inline int lanes_per_key(int vecs) {
+  int lanes = 1;
+  while (lanes < vecs && lanes < kWarpSize) lanes *= 2;
+  return lanes;
+}
+
+struct DecodeParams {
+  const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
+  const float* k_cache;  // [n_blocks, n_head, block_size, head_dim]
+  const float* v_cache;
+  float* out;            // [n_tokens, n_head * head_dim]
+  const int32_t* token_offsets;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  float* part_acc;       // [n_seqs, n_head, n_partitions, head_dim]   (n_partitions > 1)
+  float* part_stats;     // [n_seqs, n_head, n_partitions, 2]: max, sum
+  int n_head;
+  int head_dim;
+  int block_size;
+  int max_blocks_per_seq;
+  int partition_tokens;  // a multiple of block_size
+  int n_partitions;      // gridDim.z
+  float scale;           // 1 / sqrt(head_dim)
+};
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeParams p) {
+  using V = typename VecOf<kVec>::T;
+  const int head = blockIdx.x;
+  const int seq = blockIdx.y;
+  const int part = blockIdx.z;
+  const int first_row = p.token_offsets[seq];
+  const int n_new = p.token_offsets[seq + 1] - first_row;
+  if (n_new <= 0) return;
+  const int ctx = p.context_lens[seq];
+  const int key_begin = part * p.partition_tokens;
+  if (key_begin >= ctx) return;
+  const int key_end = min(ctx, key_begin + p.partition_tokens);
+  const int row = first_row + n_new - 1;  // at position ctx - 1: every cached key is visible
+  const int n_vec = p.head_dim / kVec;
+
+  extern __shared__ float4 smem[];
+  V* q_s = reinterpret_cast<V*>(smem);                                   // [n_vec], pre-scaled
+  V* warp_acc = q_s + n_vec;                                             // [kWarps][n_vec]
+  float* warp_m = reinterpret_cast<float*>(warp_acc + kWarps * n_vec);   // [kWarps]
+  float* warp_l = warp_m + kWarps;                                       // [kWarps]
+  float* scores = warp_l + kWarps;                                       // [kWarps][block_size]
+
+  const int64_t row_floats = static_cast<int64_t>(p.n_head) * p.head_dim;
+  const V* q_src = reinterpret_cast<const V*>(p.qkv + static_cast<int64_t>(row) * 3 * row_floats +
+                                              static_cast<int64_t>(head) * p.head_dim);
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) q_s[i] = scale_v(q_src[i], p.scale);
+  __syncthreads();
+
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int group_lanes = lanes_per_key(n_vec);
+  const int keys_per_pass = kWarpSize / group_lanes;
+  const int group = lane / group_lanes;  // which key of the pass
+  const int lig = lane % group_lanes;    // lane in group: vectors lig, lig + group_lanes, ...
+  float* sc = scores + warp * p.block_size;
+
+  float m = -INFINITY;  // running max of this warp's scores
+  float l = 0.0f;       // running sum of exp(score - m)
+  V acc[kMaxVecsPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxVecsPerLane; ++j) zero_v(acc[j]);
+
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int first_block = key_begin / p.block_size;
+  const int last_block = (key_end - 1) / p.block_size;
+  for (int b = first_block + warp; b <= last_block; b += kWarps) {
+    const int64_t base =
+        (static_cast<int64_t>(table[b]) * p.n_head + head) * p.block_size * p.head_dim;
+    const V* k_block = reinterpret_cast<const V*>(p.k_cache + base);
+    const V* v_block = reinterpret_cast<const V*>(p.v_cache + base);
+    const int n_keys = min(p.block_size, key_end - b * p.block_size);
+
+    // 1. Scores (the loop bound is uniform over the warp so every lane reaches the shuffles).
+    for (int k0 = 0; k0 < n_keys; k0 += keys_per_pass) {
+      const int k = k0 + group;
+      float dot = 0.0f;
+      if (k < n_keys) {
+        const V* key = k_block + static_cast<int64_t>(k) * n_vec;
+        for (int i = lig; i < n_vec; i += group_lanes) dot += dot_v(q_s[i], key[i]);
+      }
+      for (int offset = group_lanes / 2; offset > 0; offset >>= 1)
+        dot += __shfl_xor_sync(kFullMask, dot, offset);
+      if (k < n_keys && lig == 0) sc[k] = dot;
+    }
+    __syncwarp();
+
+    // 2. Online softmax over the block.
+    float block_max = -INFINITY;
+    for (int k = lane; k < n_keys; k += kWarpSize) block_max = fmaxf(block_max, sc[k]);
+    const float m_new = fmaxf(m, warp_max(block_max));
+    const float alpha = expf(m - m_new);  // 0 on the first block (m = -inf)
+    float block_sum = 0.0f;
+    for (int k = lane; k < n_keys; k += kWarpSize) {
+      const float w = expf(sc[k] - m_new);
+      sc[k] = w;
+      block_sum += w;
+    }
+    l = l * alpha + warp_sum(block_sum);
+    m = m_new;
+    __syncwarp();
+
+    // 3. acc = alpha * acc + sum_k w_k v_k over this group's keys.
+#pragma unroll
+    for (int j = 0; j < kMaxVecsPerLane; ++j) acc[j] = scale_v(acc[j], alpha);
+    for (int k = group; k < n_keys; k += keys_per_pass) {
+      const float w = sc[k];
+      const V* value = v_block + static_cast<int64_t>(k) * n_vec;
+#pragma unroll
+      for (int j = 0; j < kMaxVecsPerLane; ++j) {
+        const int i = lig + j * group_lanes;
+        if (i < n_vec) fma_v(acc[j], w, value[i]);
+      }
+    }
+    __syncwarp();  // sc is rewritten by the next block
+  }
+
+  // Merge the lane groups of the warp (they share m and l), then the warps.
+  for (int offset = group_lanes; offset < kWarpSize; offset <<= 1) {
+#pragma unroll
+    for (int j = 0; j < kMaxVecsPerLane; ++j) acc[j] = acc[j] + shfl_xor_v(acc[j], offset);
+  }
+  if (group == 0) {
+#pragma unroll
+    for (int j = 0; j < kMaxVecsPerLane; ++j) {
+      const int i = lig + j * group_lanes;
+      if (i < n_vec) warp_acc[warp * n_vec + i] = acc[j];
+    }
+  }
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+  __syncthreads();
+
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
+  float weight[kWarps];  // exp(m_w - m_all): 0 for a warp that saw no key (m_w = -inf)
+  float l_all = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = expf(warp_m[w] - m_all);
+    l_all += weight[w] * warp_l[w];
+  }
+
+  if (p.n_partitions == 1) {
+    const float inv_l = 1.0f / l_all;
+    V* out = reinterpret_cast<V*>(p.out + static_cast<int64_t>(row) * row_floats +
+                                 static_cast<int64_t>(head) * p.head_dim);
+    for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+      V o;
+      zero_v(o);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) fma_v(o, weight[w], warp_acc[w * n_vec + i]);
+      out[i] = scale_v(o, inv_l);
+    }
+  } else {
+    const int64_t unit = (static_cast<int64_t>(seq) * p.n_head + head) * p.n_partitions + part;
+    V* part_acc = reinterpret_cast<V*>(p.part_acc + unit * p.head_dim);
+    for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
+      V o;
+      zero_v(o);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) fma_v(o, weight[w], warp_acc[w * n_vec + i]);
+      part_acc[i] = o;
+    }
+    if (threadIdx.x == 0) {
+      p.part_stats[2 * unit] = m_all;
+      p.part_stats[2 * unit + 1] = l_all;
+    }
+  }
+}
+
+// Grid (head, sequence): merges the partitions of one (sequence, head) with the same rescaling.
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  const int head = blockIdx.x;
+  const int seq = blockIdx.y;
+  const int first_row = p.token_offsets[seq];
+  const int n_new = p.token_offsets[seq + 1] - first_row;
+  if (n_new <= 0) return;
+  const int ctx = p.context_lens[seq];
+  const int n_parts =
+      min(p.n_partitions, static_cast<int>(ceil_div(ctx, p.partition_tokens)));
+  if (n_parts <= 0) return;
+  const int64_t unit0 = (static_cast<int64_t>(seq) * p.n_head + head) * p.n_partitions;
+  const float* stats = p.part_stats + 2 * unit0;
+
+  extern __shared__ float weight[];  // [n_partitions]: exp(m_p - m_all) / l_all
+  __shared__ float m_all_s;
+  if (threadIdx.x == 0) {
+    float m_all = -INFINITY;
+    for (int q = 0; q < n_parts; ++q) m_all = fmaxf(m_all, stats[2 * q]);
+    m_all_s = m_all;
+  }
+  __syncthreads();
+  float l_part = 0.0f;
+  for (int q = threadIdx.x; q < n_parts; q += blockDim.x) {
+    weight[q] = expf(stats[2 * q] - m_all_s);
+    l_part += weight[q] * stats[2 * q + 1];
+  }
+  __shared__ float scratch[32];
+  const float inv_l = 1.0f / block_sum(l_part, scratch);  // block_sum synchronises: weight[] ready
+
+  const int row = first_row + n_new - 1;
+  float* out = p.out + static_cast<int64_t>(row) * p.n_head * p.head_dim +
+               static_cast<int64_t>(head) * p.head_dim;
+  const float* acc = p.part_acc + unit0 * p.head_dim;
+  for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
+    float o = 0.0f;
+    for (int q = 0; q < n_parts; ++q) o = fmaf(weight[q], acc[static_cast<int64_t>(q) * p.head_dim + c], o);
+    out[c] = o * inv_l;
+  }
+}
+
+int partition_tokens(int block_size) {
+  const int blocks = kDecodePartitionTokens / block_size;
+  return block_size * (blocks < 1 ? 1 : blocks);
+}
+
+bool partitions_fit_grid(const PagedAttentionShape& s) {  // grid.z
+  return ceil_div(s.max_context_len, partition_tokens(s.block_size)) <= 65535;
+}
+
+}  // namespace
+
+int decode_partitions(const PagedAttentionShape& s) {
+  const int parts = static_cast<int>(ceil_div(s.max_context_len, partition_tokens(s.block_size)));
+  return parts < 1 ? 1 : parts;
+}
+
+void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
+                         const float* v_cache, float* out, float* workspace, cudaStream_t stream) {
+  const bool vec = s.head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) &&
+                   aligned16(v_cache) && aligned16(out) && aligned16(workspace);
+  const int kvec = vec ? 4 : 1;
+  const int n_vec = s.head_dim / kvec;
+  LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && partitions_fit_grid(s), "decode attention: %d sequences, "
+                    "context %d", s.n_seqs, s.max_context_len);
+  LTM_KERNEL_ASSERT(ceil_div(n_vec, lanes_per_key(n_vec)) <= kMaxVecsPerLane,
+                    "decode attention supports head_dim <= 512 (multiple of 4) or <= 128; got %d",
+                    s.head_dim);
+  DecodeParams p{};
+  p.qkv = qkv;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.out = out;
+  p.token_offsets = s.token_offsets;
+  p.context_lens = s.context_lens;
+  p.block_tables = s.block_tables;
+  p.n_head = s.n_head;
+  p.head_dim = s.head_dim;
+  p.block_size = s.block_size;
+  p.max_blocks_per_seq = s.max_blocks_per_seq;
+  p.partition_tokens = partition_tokens(s.block_size);
+  p.n_partitions = decode_partitions(s);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  if (p.n_partitions > 1) {
+    LTM_KERNEL_ASSERT(workspace != nullptr, "decode attention over %d partitions needs a workspace",
+                      p.n_partitions);
+    const int64_t units = static_cast<int64_t>(s.n_seqs) * s.n_head * p.n_partitions;
+    p.part_acc = workspace;
+    p.part_stats = workspace + units * s.head_dim;
+  }
+  const size_t vec_bytes = static_cast<size_t>(kvec) * sizeof(float);
+  const size_t smem = static_cast<size_t>(n_vec) * (1 + kWarps) * vec_bytes +
+                      (2 * kWarps + static_cast<size_t>(kWarps) * s.block_size) * sizeof(float);
+  LTM_KERNEL_ASSERT(smem <= 48 * 1024, "decode attention block_size %d too large", s.block_size);
+  const dim3 grid(s.n_head, s.n_seqs, p.n_partitions);
+  if (vec) {
+    paged_decode_kernel<4><<<grid, kThreads, smem, stream>>>(p);
+  } else {
+    paged_decode_kernel<1><<<grid, kThreads, smem, stream>>>(p);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+  if (p.n_partitions > 1) {
+    decode_merge_kernel<<<dim3(s.n_head, s.n_seqs), kMergeThreads,
+                          static_cast<size_t>(p.n_partitions) * sizeof(float), stream>>>(p);
+    LTM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace ltm::kernels::cuda::detail

@@ -1,0 +1,88 @@
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace ltm::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// T is float or float4: the same grid-stride loop for the scalar and the vector case.
+template <typename T>
+__global__ void add_kernel(T* __restrict__ x, const T* __restrict__ y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
+    x[i] = x[i] + y[i];
+}
+
+// Rows walk grid.y (stride gridDim.y), columns grid.x * blockDim.x; `cols` counts T elements.
+template <typename T>
+__global__ void add_bias_kernel(T* __restrict__ x, const T* __restrict__ bias, int64_t rows,
+                                int64_t cols) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const T b = bias[c];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) x[r * cols + c] = x[r * cols + c] + b;
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* __restrict__ src, const int32_t* __restrict__ rows,
+                                   T* __restrict__ dst, int64_t n, int64_t cols) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  for (int64_t i = blockIdx.y; i < n; i += gridDim.y)
+    dst[i * cols + c] = src[static_cast<int64_t>(rows[i]) * cols + c];
+}
+
+// The 2-D launch of a row kernel over `rows` rows of `cols` elements.
+struct RowLaunch {
+  dim3 grid;
+  dim3 block;
+};
+RowLaunch row_launch(int64_t rows, int64_t cols) {
+  const int threads = threads_for_row(cols, kThreads);
+  return {dim3(static_cast<unsigned>(ceil_div(cols, threads)), grid_rows(rows)), dim3(threads)};
+}
+
+}  // namespace
+
+void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (n % 4 == 0 && aligned16(x) && aligned16(y)) {
+    const int64_t n4 = n / 4;
+    add_kernel<<<grid_for(n4, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<float4*>(x), reinterpret_cast<const float4*>(y), n4);
+  } else {
+    add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(float* x, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (cols % 4 == 0 && aligned16(x) && aligned16(bias)) {
+    const RowLaunch l = row_launch(rows, cols / 4);
+    add_bias_kernel<<<l.grid, l.block, 0, stream>>>(
+        reinterpret_cast<float4*>(x), reinterpret_cast<const float4*>(bias), rows, cols / 4);
+  } else {
+    const RowLaunch l = row_launch(rows, cols);
+    add_bias_kernel<<<l.grid, l.block, 0, stream>>>(x, bias, rows, cols);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t d,
+                 cudaStream_t stream) {
+  if (n <= 0 || d <= 0) return;
+  if (d % 4 == 0 && aligned16(src) && aligned16(dst)) {
+    const RowLaunch l = row_launch(n, d / 4);
+    gather_rows_kernel<<<l.grid, l.block, 0, stream>>>(reinterpret_cast<const float4*>(src), rows,
+                                                       reinterpret_cast<float4*>(dst), n, d / 4);
+  } else {
+    const RowLaunch l = row_launch(n, d);
+    gather_rows_kernel<<<l.grid, l.block, 0, stream>>>(src, rows, dst, n, d);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ltm::kernels::cuda

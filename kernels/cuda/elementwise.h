@@ -1,0 +1,20 @@
+// Element-wise CUDA kernels: residual add, bias add, row gather (the kernels/cpu/elementwise.h
+// ops). Row-major float32; pointers are device memory; each call enqueues on `stream` and returns
+// (a launch failure aborts with host:file:line). float4 loads when rows and pointers are aligned.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ltm::kernels::cuda {
+
+// x[i] += y[i], i < n.
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+// x[r, :] += bias[:] for every row.
+void add_bias(float* x, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+// dst[i, :] = src[rows[i], :], i < n; rows is device memory.
+void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t d,
+                 cudaStream_t stream);
+
+}  // namespace ltm::kernels::cuda

@@ -1,0 +1,71 @@
+// One block per row (rows beyond the grid loop with stride gridDim.x). Two passes for the
+// statistics (mean, then the sum of squared deviations: no cancellation), a third to normalise;
+// the second and third read the row from L1/L2. x and y may alias: every thread finishes reading
+// for the statistics (block_sum synchronises) before any thread writes, and each element is
+// written by the thread that reads it in the last pass.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.h"
+#include "kernels/cuda/layer_norm.h"
+
+namespace ltm::kernels::cuda {
+namespace {
+
+constexpr int kMaxThreads = 512;
+
+__device__ __forceinline__ float sum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ float sum4(float v) { return v; }
+__device__ __forceinline__ float sq_dev4(float4 v, float m) {
+  const float a = v.x - m, b = v.y - m, c = v.z - m, d = v.w - m;
+  return (a * a + b * b) + (c * c + d * d);
+}
+__device__ __forceinline__ float sq_dev4(float v, float m) { return (v - m) * (v - m); }
+__device__ __forceinline__ float4 normalise(float4 v, float4 g, float4 b, float m, float rstd) {
+  return make_float4((v.x - m) * rstd * g.x + b.x, (v.y - m) * rstd * g.y + b.y,
+                     (v.z - m) * rstd * g.z + b.z, (v.w - m) * rstd * g.w + b.w);
+}
+__device__ __forceinline__ float normalise(float v, float g, float b, float m, float rstd) {
+  return (v - m) * rstd * g + b;
+}
+
+// T is float or float4; `n` counts T elements per row, `cols` floats.
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, const T* __restrict__ gamma,
+                                  const T* __restrict__ beta, T* y, int64_t rows, int64_t n,
+                                  int64_t cols, float eps) {
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* in = x + r * n;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += sum4(in[i]);
+    const float mean = block_sum(s, scratch) / static_cast<float>(cols);
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sq += sq_dev4(in[i], mean);
+    const float var = block_sum(sq, scratch) / static_cast<float>(cols);
+    const float rstd = 1.0f / sqrtf(var + eps);
+    T* out = y + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      out[i] = normalise(in[i], gamma[i], beta[i], mean, rstd);
+  }
+}
+
+}  // namespace
+
+void layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                int64_t cols, float eps, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const bool vec = cols % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(gamma) &&
+                   aligned16(beta);
+  const int64_t n = vec ? cols / 4 : cols;
+  const int threads = threads_for_row(n, kMaxThreads);
+  const unsigned blocks = static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
+  if (vec) {
+    layer_norm_kernel<<<blocks, threads, 0, stream>>>(
+        reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(gamma),
+        reinterpret_cast<const float4*>(beta), reinterpret_cast<float4*>(y), rows, n, cols, eps);
+  } else {
+    layer_norm_kernel<<<blocks, threads, 0, stream>>>(x, gamma, beta, y, rows, n, cols, eps);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ltm::kernels::cuda

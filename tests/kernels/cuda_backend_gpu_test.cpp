@@ -1,0 +1,435 @@
+// Every op of the CUDA backend against the CPU backend on the same random inputs.
+//
+// Each case prints "max |cuda - cpu|" and asserts it below the tolerance (1e-4 absolute for the
+// element-wise ops, layer_norm and attention; 1e-4 relative to the largest output for GEMM, whose
+// outputs grow with k). Skips itself when there is no CUDA device (or ltm was built without CUDA).
+#include <gtest/gtest.h>
+
+#ifdef LTM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace ltm {
+namespace {
+
+constexpr float kTol = 1e-4f;
+
+// Empty when a device is usable, else why not.
+std::string why_no_device() {
+#ifndef LTM_HAVE_CUDA
+  return "ltm was built without CUDA";
+#else
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+  if (count == 0) return "cudaGetDeviceCount returned 0";
+  return "";
+#endif
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0.0f;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    if (!(d <= worst)) worst = d;  // NaN propagates as the worst
+  }
+  return worst;
+}
+
+float max_abs(const std::vector<float>& a) {
+  float m = 0.0f;
+  for (float x : a) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+void report(const std::string& what, float diff) {
+  std::printf("[ %-58s ] max |cuda - cpu| = %.3g\n", what.c_str(), diff);
+}
+
+// The same data on both backends.
+struct Twin {
+  DeviceBuffer cpu;
+  DeviceBuffer gpu;
+};
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = why_no_device();
+    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;
+    std::string error;
+    gpu_ = make_cuda_backend(0, &error);
+    ASSERT_NE(gpu_, nullptr) << error;
+    cpu_ = make_cpu_backend(1);
+  }
+
+  template <typename T>
+  Twin twin(const std::vector<T>& host) {
+    const size_t bytes = host.size() * sizeof(T);
+    return Twin{cpu_->upload(host.data(), bytes, false), gpu_->upload(host.data(), bytes, false)};
+  }
+  Twin twin_alloc(size_t n_floats) {
+    return Twin{cpu_->alloc(n_floats * sizeof(float)), gpu_->alloc(n_floats * sizeof(float))};
+  }
+  // Reads n floats from each side; `offset` floats into the buffers.
+  std::pair<std::vector<float>, std::vector<float>> fetch(const Twin& t, size_t n,
+                                                          size_t offset = 0) {
+    std::vector<float> c(n), g(n);
+    cpu_->copy_to_host(c.data(), t.cpu.f32() + offset, n * sizeof(float));
+    gpu_->copy_to_host(g.data(), t.gpu.f32() + offset, n * sizeof(float));
+    cpu_->synchronize();
+    gpu_->synchronize();
+    return {std::move(c), std::move(g)};
+  }
+  float diff(const Twin& t, size_t n, size_t offset = 0) {
+    auto [c, g] = fetch(t, n, offset);
+    return max_abs_diff(c, g);
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> gpu_;
+};
+
+TEST_F(CudaBackendTest, DescribesItselfAndMovesMemory) {
+  EXPECT_EQ(gpu_->kind(), BackendKind::kCuda);
+  EXPECT_TRUE(gpu_->comm_on_device());
+  std::printf("backend: %s\n", gpu_->describe().c_str());
+  EXPECT_NE(gpu_->describe().find("cuda:0"), std::string::npos);
+
+  const std::vector<float> host = random_floats(1000, 1);
+  DeviceBuffer buf = gpu_->upload(host.data(), host.size() * sizeof(float), true);
+  ASSERT_FALSE(buf.empty());
+  EXPECT_NE(buf.data(), static_cast<const void*>(host.data()));  // upload always copies
+  std::vector<float> back(host.size());
+  gpu_->copy_to_host(back.data(), buf.data(), back.size() * sizeof(float));
+  gpu_->synchronize();
+  EXPECT_EQ(back, host);
+
+  gpu_->fill_zero(buf.f32() + 10, 20 * sizeof(float));
+  gpu_->copy_to_host(back.data(), buf.data(), back.size() * sizeof(float));
+  gpu_->synchronize();
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(back[i], (i >= 10 && i < 30) ? 0.0f : host[i]) << i;
+
+  DeviceBuffer empty = gpu_->alloc(0);
+  EXPECT_EQ(empty.bytes(), 0u);
+}
+
+TEST_F(CudaBackendTest, Gemm) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {7, 33, 65}, {37, 50, 129}, {1, 768, 768},
+                          {64, 2304, 768}, {130, 97, 3072}};
+  uint32_t seed = 10;
+  for (const Shape& s : shapes) {
+    for (bool b_transposed : {false, true}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const std::vector<float> a = random_floats(s.m * s.k, ++seed);
+        const std::vector<float> b = random_floats(s.k * s.n, ++seed);
+        std::vector<float> c0 = random_floats(s.m * s.n, ++seed);
+        Twin ta = twin(a), tb = twin(b), tc = twin(c0);
+        if (beta == 0.0f) {  // C must not be read: poison the GPU copy
+          std::vector<float> nan(c0.size(), std::numeric_limits<float>::quiet_NaN());
+          gpu_->copy_to_device(tc.gpu.data(), nan.data(), nan.size() * sizeof(float));
+        }
+        cpu_->gemm(ta.cpu.f32(), tb.cpu.f32(), tc.cpu.f32(), s.m, s.n, s.k, b_transposed, beta);
+        gpu_->gemm(ta.gpu.f32(), tb.gpu.f32(), tc.gpu.f32(), s.m, s.n, s.k, b_transposed, beta);
+        auto [c, g] = fetch(tc, s.m * s.n);
+        const float d = max_abs_diff(c, g);
+        const float scale = std::max(1.0f, max_abs(c));
+        report("gemm m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                   " k=" + std::to_string(s.k) + (b_transposed ? " B^T" : "") +
+                   " beta=" + std::to_string(static_cast<int>(beta)),
+               d);
+        EXPECT_LT(d, kTol * scale);
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, AddAndAddBias) {
+  for (int64_t n : std::vector<int64_t>{1, 3, 1000, 4099, int64_t{1} << 20}) {
+    Twin x = twin(random_floats(n + 1, 20)), y = twin(random_floats(n + 1, 21));
+    cpu_->add(x.cpu.f32(), y.cpu.f32(), n);
+    gpu_->add(x.gpu.f32(), y.gpu.f32(), n);
+    const float d = diff(x, n + 1);
+    report("add n=" + std::to_string(n), d);
+    EXPECT_LT(d, kTol);
+    // Unaligned (scalar path): one float into the buffers.
+    cpu_->add(x.cpu.f32() + 1, y.cpu.f32(), n);
+    gpu_->add(x.gpu.f32() + 1, y.gpu.f32(), n);
+    const float du = diff(x, n + 1);
+    report("add n=" + std::to_string(n) + " unaligned", du);
+    EXPECT_LT(du, kTol);
+  }
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape s : {Shape{1, 1}, Shape{5, 33}, Shape{17, 768}, Shape{3, 1027}, Shape{70000, 4}}) {
+    Twin x = twin(random_floats(s.rows * s.cols, 30)), bias = twin(random_floats(s.cols, 31));
+    cpu_->add_bias(x.cpu.f32(), bias.cpu.f32(), s.rows, s.cols);
+    gpu_->add_bias(x.gpu.f32(), bias.gpu.f32(), s.rows, s.cols);
+    const float d = diff(x, s.rows * s.cols);
+    report("add_bias " + std::to_string(s.rows) + "x" + std::to_string(s.cols), d);
+    EXPECT_LT(d, kTol);
+  }
+}
+
+TEST_F(CudaBackendTest, BiasGelu) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape s : {Shape{1, 1}, Shape{5, 33}, Shape{17, 3072}, Shape{3, 1027}}) {
+    for (bool with_bias : {true, false}) {
+      Twin x = twin(random_floats(s.rows * s.cols, 40, -6.0f, 6.0f));
+      Twin bias = twin(random_floats(s.cols, 41));
+      cpu_->bias_gelu(x.cpu.f32(), with_bias ? bias.cpu.f32() : nullptr, s.rows, s.cols);
+      gpu_->bias_gelu(x.gpu.f32(), with_bias ? bias.gpu.f32() : nullptr, s.rows, s.cols);
+      const float d = diff(x, s.rows * s.cols);
+      report("bias_gelu " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                 (with_bias ? "" : " no bias"),
+             d);
+      EXPECT_LT(d, kTol);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LayerNorm) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  uint32_t seed = 50;
+  for (const Shape s : {Shape{1, 1}, Shape{3, 5}, Shape{17, 768}, Shape{4, 1023}, Shape{2, 12288},
+                        Shape{1000, 64}}) {
+    for (bool in_place : {false, true}) {
+      // An offset mean and a spread like real activations.
+      std::vector<float> x = random_floats(s.rows * s.cols, ++seed, -4.0f, 4.0f);
+      for (float& v : x) v += 3.0f;
+      Twin tx = twin(x), gamma = twin(random_floats(s.cols, ++seed, 0.5f, 1.5f)),
+           beta = twin(random_floats(s.cols, ++seed));
+      Twin ty = in_place ? Twin{} : twin_alloc(s.rows * s.cols);
+      Twin& out = in_place ? tx : ty;
+      cpu_->layer_norm(tx.cpu.f32(), gamma.cpu.f32(), beta.cpu.f32(), out.cpu.f32(), s.rows,
+                       s.cols, 1e-5f);
+      gpu_->layer_norm(tx.gpu.f32(), gamma.gpu.f32(), beta.gpu.f32(), out.gpu.f32(), s.rows,
+                       s.cols, 1e-5f);
+      const float d = diff(out, s.rows * s.cols);
+      report("layer_norm " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                 (in_place ? " in place" : ""),
+             d);
+      EXPECT_LT(d, kTol);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, EmbeddingAndGather) {
+  const int64_t vocab = 400, row_begin = 100, row_end = 300;
+  for (int64_t d : std::vector<int64_t>{1, 13, 768}) {
+    const int64_t n_tokens = 57;
+    std::mt19937 rng(60);
+    std::vector<int32_t> ids(n_tokens);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+    ids[0] = row_begin;
+    ids[1] = row_end - 1;
+    ids[2] = row_end;
+    Twin tids = twin(ids), table = twin(random_floats((row_end - row_begin) * d, 61));
+    Twin out = twin_alloc(n_tokens * d);
+    cpu_->embedding(tids.cpu.i32(), table.cpu.f32(), row_begin, row_end, out.cpu.f32(), n_tokens,
+                    d);
+    gpu_->embedding(tids.gpu.i32(), table.gpu.f32(), row_begin, row_end, out.gpu.f32(), n_tokens,
+                    d);
+    float diff_e = diff(out, n_tokens * d);
+    report("embedding d=" + std::to_string(d), diff_e);
+    EXPECT_EQ(diff_e, 0.0f);
+
+    std::vector<int32_t> rows(n_tokens);
+    for (auto& r : rows) r = static_cast<int32_t>(rng() % (row_end - row_begin));
+    Twin trows = twin(rows), gathered = twin_alloc(n_tokens * d);
+    cpu_->gather_rows(table.cpu.f32(), trows.cpu.i32(), gathered.cpu.f32(), n_tokens, d);
+    gpu_->gather_rows(table.gpu.f32(), trows.gpu.i32(), gathered.gpu.f32(), n_tokens, d);
+    float diff_g = diff(gathered, n_tokens * d);
+    report("gather_rows d=" + std::to_string(d), diff_g);
+    EXPECT_EQ(diff_g, 0.0f);
+  }
+}
+
+TEST_F(CudaBackendTest, PositionEmbedding) {
+  const int64_t n_positions = 2048;
+  for (int64_t d : std::vector<int64_t>{1, 13, 768}) {
+    const int64_t n_tokens = 45;
+    std::mt19937 rng(70);
+    std::vector<int32_t> positions(n_tokens);
+    for (auto& p : positions) p = static_cast<int32_t>(rng() % n_positions);
+    positions[0] = 0;
+    positions[1] = n_positions - 1;
+    Twin tpos = twin(positions), table = twin(random_floats(n_positions * d, 71));
+    for (bool learned : {true, false}) {
+      Twin x = twin(random_floats(n_tokens * d, 72));
+      cpu_->add_position_embedding(x.cpu.f32(), learned ? table.cpu.f32() : nullptr,
+                                   tpos.cpu.i32(), n_tokens, d);
+      gpu_->add_position_embedding(x.gpu.f32(), learned ? table.gpu.f32() : nullptr,
+                                   tpos.gpu.i32(), n_tokens, d);
+      const float dd = diff(x, n_tokens * d);
+      report(std::string("add_position_embedding ") + (learned ? "learned" : "sinusoidal") +
+                 " d=" + std::to_string(d),
+             dd);
+      EXPECT_LT(dd, kTol);
+    }
+  }
+}
+
+// --- attention ---
+
+struct SeqSpec {
+  int past;   // tokens already in the cache
+  int n_new;  // rows of this step
+};
+
+struct AttentionCase {
+  std::string name;
+  int n_head;
+  int head_dim;
+  int block_size;
+  std::vector<SeqSpec> seqs;
+};
+
+class CudaAttentionTest : public CudaBackendTest,
+                          public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
+  const AttentionCase& c = GetParam();
+  const int n_seqs = static_cast<int>(c.seqs.size());
+  const int bs = c.block_size;
+  std::mt19937 rng(80);
+
+  // Sequences, and a scattered block table: the pool's blocks are handed out in random order.
+  std::vector<int32_t> token_offsets(n_seqs + 1, 0), context_lens(n_seqs);
+  int max_blocks = 1, total_blocks = 0, max_ctx = 0, max_new = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    token_offsets[s + 1] = token_offsets[s] + c.seqs[s].n_new;
+    context_lens[s] = c.seqs[s].past + c.seqs[s].n_new;
+    const int blocks = (context_lens[s] + bs - 1) / bs;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    max_ctx = std::max(max_ctx, context_lens[s]);
+    max_new = std::max(max_new, c.seqs[s].n_new);
+  }
+  const int n_tokens = token_offsets[n_seqs];
+  const int n_blocks = total_blocks + 7;  // some blocks stay unused
+  std::vector<int32_t> pool(n_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int32_t> block_tables(static_cast<size_t>(n_seqs) * max_blocks, -1);
+  int next = 0;
+  for (int s = 0; s < n_seqs; ++s)
+    for (int b = 0; b < (context_lens[s] + bs - 1) / bs; ++b)
+      block_tables[static_cast<size_t>(s) * max_blocks + b] = pool[next++];
+  std::vector<int32_t> slot_mapping(n_tokens);
+  for (int s = 0; s < n_seqs; ++s)
+    for (int i = 0; i < c.seqs[s].n_new; ++i) {
+      const int pos = c.seqs[s].past + i;
+      slot_mapping[token_offsets[s] + i] =
+          block_tables[static_cast<size_t>(s) * max_blocks + pos / bs] * bs + pos % bs;
+    }
+
+  const int64_t d_local = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t cache_floats = static_cast<int64_t>(n_blocks) * c.n_head * bs * c.head_dim;
+  Twin qkv = twin(random_floats(n_tokens * 3 * d_local, 81, -2.0f, 2.0f));
+  Twin k_cache = twin(random_floats(cache_floats, 82, -2.0f, 2.0f));
+  Twin v_cache = twin(random_floats(cache_floats, 83));
+  Twin out = twin_alloc(n_tokens * d_local);
+  Twin t_offsets = twin(token_offsets), t_ctx = twin(context_lens), t_tables = twin(block_tables),
+       t_slots = twin(slot_mapping);
+
+  AttentionArgs args;
+  args.n_seqs = n_seqs;
+  args.n_tokens = n_tokens;
+  args.max_blocks_per_seq = max_blocks;
+  args.max_context_len = max_ctx;
+  args.max_new_tokens = max_new;
+  args.n_head = c.n_head;
+  args.head_dim = c.head_dim;
+  args.block_size = bs;
+  args.host_token_offsets = token_offsets.data();
+  args.host_context_lens = context_lens.data();
+  args.host_block_tables = block_tables.data();
+  args.host_slot_mapping = slot_mapping.data();
+  AttentionArgs cpu_args = args, gpu_args = args;
+  cpu_args.token_offsets = t_offsets.cpu.i32();
+  cpu_args.context_lens = t_ctx.cpu.i32();
+  cpu_args.block_tables = t_tables.cpu.i32();
+  cpu_args.slot_mapping = t_slots.cpu.i32();
+  gpu_args.token_offsets = t_offsets.gpu.i32();
+  gpu_args.context_lens = t_ctx.gpu.i32();
+  gpu_args.block_tables = t_tables.gpu.i32();
+  gpu_args.slot_mapping = t_slots.gpu.i32();
+
+  cpu_->kv_cache_write(cpu_args, qkv.cpu.f32(), k_cache.cpu.f32(), v_cache.cpu.f32());
+  gpu_->kv_cache_write(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32());
+  const float dk = diff(k_cache, cache_floats), dv = diff(v_cache, cache_floats);
+  report("kv_cache_write " + c.name + " K", dk);
+  report("kv_cache_write " + c.name + " V", dv);
+  EXPECT_EQ(dk, 0.0f);
+  EXPECT_EQ(dv, 0.0f);
+
+  cpu_->paged_attention(cpu_args, qkv.cpu.f32(), k_cache.cpu.f32(), v_cache.cpu.f32(),
+                        out.cpu.f32());
+  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32(),
+                        out.gpu.f32());
+  auto [co, go] = fetch(out, n_tokens * d_local);
+  const float d = max_abs_diff(co, go);
+  report("paged_attention " + c.name, d);
+  EXPECT_LT(d, kTol);
+  for (float v : go) ASSERT_TRUE(std::isfinite(v));
+
+  // Run again: the decode workspace is reused and the result must be identical.
+  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32(),
+                        out.gpu.f32());
+  auto [co2, go2] = fetch(out, n_tokens * d_local);
+  EXPECT_EQ(go, go2) << "attention is not deterministic";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(
+        // Decode (one row per sequence; 0 rows for one of them). Contexts past 512 keys use the
+        // split-and-merge path.
+        AttentionCase{"decode_h4_d64_bs16", 4, 64, 16,
+                      {{0, 1}, {16, 1}, {31, 1}, {100, 1}, {40, 0}, {700, 1}, {1500, 1}}},
+        AttentionCase{"decode_h3_d10_bs8_scalar", 3, 10, 8, {{5, 1}, {600, 1}, {0, 1}}},
+        AttentionCase{"decode_h2_d128_bs32", 2, 128, 32, {{2000, 1}, {33, 1}}},
+        AttentionCase{"decode_h1_d256_bs16", 1, 256, 16, {{300, 1}, {1100, 1}}},
+        AttentionCase{"decode_h2_d96_bs1", 2, 96, 1, {{77, 1}, {520, 1}}},
+        // Prefill and mixed batches (several rows per sequence, some with a cached past).
+        AttentionCase{"prefill_h4_d64_bs16", 4, 64, 16,
+                      {{0, 5}, {10, 37}, {0, 64}, {70, 1}, {3, 100}}},
+        AttentionCase{"prefill_h3_d10_bs8_scalar", 3, 10, 8, {{0, 33}, {7, 9}}},
+        AttentionCase{"prefill_h2_d128_bs32", 2, 128, 32, {{0, 130}, {200, 40}}},
+        AttentionCase{"prefill_h1_d256_bs16", 1, 256, 16, {{0, 40}, {50, 3}}},
+        AttentionCase{"prefill_h12_d64_bs16_long", 12, 64, 16, {{0, 1000}}}),
+    [](const ::testing::TestParamInfo<AttentionCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace ltm
