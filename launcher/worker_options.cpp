@@ -45,7 +45,8 @@ po::options_description describe(WorkerOptions* o) {
       ("block-size", po::value(&o->block_size)->default_value(16), "tokens per KV cache block")
       ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server 1024)")
       ("max-batch-tokens", po::value(&o->max_batch_tokens)->default_value(512), "new tokens per step (prefill chunk budget)")
-      ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together");
+      ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")
+      ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)");
   po::options_description serve("Serving");
   serve.add_options()
       ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")
@@ -128,6 +129,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->max_batch_tokens < 1) return fail("--max-batch-tokens must be at least 1");
   if (o->max_running < 1) return fail("--max-running must be at least 1");
   if (o->max_queue < 1) return fail("--max-queue must be at least 1");
+  if (o->micro_batches < 0) return fail("--micro-batches must be >= 0");
+  if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");
   return ParseResult::kOk;
 }

@@ -39,6 +39,7 @@ struct WorkerOptions {
   int64_t kv_memory_mb = 0;     // 0: one-shot sizes the cache for the request; server: 1024
   int32_t max_batch_tokens = 512;
   int32_t max_running = 64;
+  int32_t micro_batches = 0;   // plans in flight; 0: pp (keeps every pipeline stage busy)
   // Serving
   std::string listen;           // ADDR:PORT; empty = one-shot
   int32_t max_queue = 256;

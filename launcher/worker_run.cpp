@@ -167,7 +167,7 @@ void on_signal(int sig) { g_signal.store(sig); }
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   const ModelConfig& config = rs.model->config();
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size,
-                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue});
+                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches});
   EngineInfo info;
   info.model_name = std::filesystem::path(o.model).filename().string();
   info.model = config;

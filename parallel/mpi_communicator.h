@@ -55,14 +55,14 @@ class MpiCommunicator final : public Communicator {
   // deadline (or `first_piece`), since rank 0 may sit idle for hours before its next step plan.
   // Dead peers and a dead launcher are still detected (watchdog.h, "Waiting for work"). The root,
   // and the later pieces once data flows, run under the normal timeout.
-  void broadcast_wait(void* data, size_t bytes, int root,
-                      Deadline first_piece = Deadline::never());
+  void broadcast_wait(void* data, size_t bytes, int root, Deadline first_piece = Deadline::never());
 
   // The collective timeout of the operations that start from now on; <= 0 disables it.
   void set_timeout(double seconds) { watchdog_.set_timeout(seconds); }
   double timeout_s() const { return watchdog_.timeout_s(); }
 
-  // The largest piece one MPI call moves. Tests lower it to cover the chunked paths cheaply.
+  // The largest piece one MPI call moves (1 <= bytes <= INT_MAX). Every rank of the group must use
+  // the same value. Tests lower it to cover the chunked paths cheaply.
   void set_max_chunk_bytes(size_t bytes);
   size_t max_chunk_bytes() const { return max_chunk_bytes_; }
 

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "common/check.h"
-#include "parallel/mpi_communicator.h"
 
 namespace ltm {
 namespace {
@@ -51,9 +50,42 @@ void Engine::broadcast_plan(const StepPlan& plan) {
 }
 
 StepOutput Engine::step(const StepPlan& plan) {
-  LTM_ASSERT(comms_.world.rank() == 0, "step() is rank 0's");
+  submit(plan);
+  return collect();
+}
+
+void Engine::submit(const StepPlan& plan) {
+  LTM_ASSERT(comms_.world.rank() == 0, "submit() is rank 0's");
   broadcast_plan(plan);
-  return execute(plan);
+  StepOutput out = execute(plan);
+  if (last_stage_root_ == 0) {
+    ready_.push_back(std::move(out));  // rank 0 is on the last stage: the samples are here
+  } else {
+    in_flight_.push_back({static_cast<int>(plan.input.logit_rows.size()), plan.want_logits});
+  }
+}
+
+StepOutput Engine::collect() {
+  LTM_ASSERT(comms_.world.rank() == 0, "collect() is rank 0's");
+  if (!ready_.empty()) {
+    StepOutput out = std::move(ready_.front());
+    ready_.pop_front();
+    return out;
+  }
+  LTM_ASSERT(!in_flight_.empty(), "collect() with no plan in flight");
+  const InFlight f = in_flight_.front();
+  in_flight_.pop_front();
+  StepOutput out;
+  CommTimer t(&comm_seconds_);
+  out.samples.resize(f.rows);
+  comms_.world.recv(out.samples.data(), f.rows * sizeof(SampleResult), last_stage_root_,
+                    kTagSamples);
+  if (f.want_logits) {
+    out.logits.resize(static_cast<size_t>(f.rows) * model_.config().vocab_size);
+    comms_.world.recv(out.logits.data(), out.logits.size() * sizeof(float), last_stage_root_,
+                      kTagLogits);
+  }
+  return out;
 }
 
 void Engine::shutdown() {
@@ -67,13 +99,9 @@ void Engine::follow() {
   LTM_ASSERT(comms_.world.rank() != 0, "follow() is for ranks other than 0");
   // Waiting for the next plan has no deadline (the server may be idle for hours); dead peers are
   // still detected (parallel/watchdog.h, "Waiting for work").
-  auto* mpi = dynamic_cast<parallel::MpiCommunicator*>(&comms_.world);
   for (;;) {
     int64_t n = 0;
-    if (mpi)
-      mpi->broadcast_wait(&n, sizeof(n), 0);
-    else
-      comms_.world.broadcast(&n, sizeof(n), 0);
+    comms_.world.broadcast_wait(&n, sizeof(n), 0);
     std::string bytes(static_cast<size_t>(n), '\0');
     comms_.world.broadcast(bytes.data(), bytes.size(), 0);
     absl::StatusOr<StepPlan> plan = decode_plan(bytes);
@@ -116,16 +144,6 @@ StepOutput Engine::execute(const StepPlan& plan) {
         comms_.world.send(full.data(), full.size() * sizeof(float), 0, kTagLogits);
     }
     out.logits = std::move(full);
-  }
-  if (world_rank == 0 && last_stage_root_ != 0) {
-    CommTimer t(&comm_seconds_);
-    out.samples.resize(m);
-    comms_.world.recv(out.samples.data(), m * sizeof(SampleResult), last_stage_root_, kTagSamples);
-    if (plan.want_logits) {
-      out.logits.resize(static_cast<size_t>(m) * model_.config().vocab_size);
-      comms_.world.recv(out.logits.data(), out.logits.size() * sizeof(float), last_stage_root_,
-                        kTagLogits);
-    }
   }
   return out;
 }

@@ -9,6 +9,7 @@
 // Failure: communication failures and timeouts abort the whole group (parallel/ watchdog).
 #pragma once
 
+#include <deque>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -35,8 +36,15 @@ class Engine {
  public:
   Engine(Model& model, Backend& backend, KvCache& cache, Comms comms);
 
-  // Rank 0: runs `plan` on every rank and returns the sampled tokens.
+  // Rank 0: runs `plan` on every rank and returns the sampled tokens (submit + collect).
   StepOutput step(const StepPlan& plan);
+  // Rank 0, pipelined: submit() broadcasts a plan and runs rank 0's stage on it, then returns
+  // while the later stages work; collect() returns the oldest submitted plan's samples (waiting
+  // for the last stage). With pp stages up to pp plans (micro-batches) keep every stage busy.
+  // A plan with want_logits should be collected before the next submit (its logits are large).
+  void submit(const StepPlan& plan);
+  StepOutput collect();
+  int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
   // Rank 0: releases the other ranks from follow().
   void shutdown();
   // Other ranks: executes broadcast plans until shutdown.
@@ -56,6 +64,12 @@ class Engine {
   KvCache& cache_;
   Comms comms_;
   int last_stage_root_ = 0;  // world rank of the last stage's tp_rank 0
+  struct InFlight {
+    int rows;
+    bool want_logits;
+  };
+  std::deque<InFlight> in_flight_;  // submitted plans whose samples the last stage will send
+  std::deque<StepOutput> ready_;    // results already here (rank 0 is on the last stage)
   DeviceBuffer hidden_;      // [n_tokens, d]
   DeviceBuffer logits_;      // [rows, vocab_local]
   std::vector<float> host_logits_;

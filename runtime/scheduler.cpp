@@ -22,6 +22,7 @@ struct Scheduler::Sequence {
   bool prompt_logits_sent = false;
   Clock::time_point t_submit, t_first_token;
   bool finished = false;
+  bool busy = false;  // in a plan that is still in flight
   // This step's share (filled while planning).
   int32_t chunk = 0;
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
@@ -122,8 +123,10 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, std::string error) {
 
 void Scheduler::reap_cancelled() {
   const auto now = Clock::now();
+  // A sequence in flight is reaped once its plan is back (its samples must be matched first).
   auto dead = [&](const Sequence& s) {
-    return s.req.cancel->cancelled.load(std::memory_order_relaxed) || now >= s.req.deadline;
+    return !s.busy &&
+           (s.req.cancel->cancelled.load(std::memory_order_relaxed) || now >= s.req.deadline);
   };
   for (auto it = running_.begin(); it != running_.end();) {
     if (dead(**it)) {
@@ -151,36 +154,72 @@ void Scheduler::preempt(Sequence* seq) {
   stats_.preemptions++;
 }
 
+// One plan's worth of sequences, remembered until its samples come back.
+struct Scheduler::InFlightPlan {
+  struct Row {
+    Sequence* seq;
+    bool sample;  // the row a new token is drawn from (else a prompt-logits row)
+  };
+  std::vector<Sequence*> batch;
+  std::vector<Row> rows;  // one per logit row
+  bool want_logits = false;
+};
+
 bool Scheduler::step() {
   take_incoming();
   reap_cancelled();
-  if (running_.empty() && waiting_.empty()) return false;
+  const bool submitted = submit_plan();
+  const int in_flight = engine_.in_flight();
+  if (in_flight > 0 && (!submitted || in_flight >= options_.micro_batches ||
+                        in_flight_.back()->want_logits)) {
+    StepOutput out = engine_.collect();
+    std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    process_results(*plan, out);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.kv_blocks_free = blocks_.n_free();
+  stats_.running = static_cast<int32_t>(running_.size());
+  stats_.queue_depth = static_cast<int32_t>(waiting_.size() + incoming_.size());
+  return submitted || engine_.in_flight() > 0 || !running_.empty() || !waiting_.empty();
+}
 
+bool Scheduler::submit_plan() {
+  // With several micro-batches (pipeline stages), each plan takes its share of the sequences
+  // so that every stage has one to work on.
+  const int64_t active = static_cast<int64_t>(running_.size() + waiting_.size());
+  const int64_t max_seqs = std::max<int64_t>(
+      1, (active + options_.micro_batches - 1) / std::max(1, options_.micro_batches));
   int32_t budget = options_.max_batch_tokens;
-  std::vector<Sequence*> batch;
-  // 1. Running sequences, oldest first; preempt the newest when blocks run out.
-  for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
+  auto plan = std::make_unique<InFlightPlan>();
+  std::vector<Sequence*>& batch = plan->batch;
+  // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
+  // newest one that is neither in flight nor in this batch (possibly this very sequence).
+  for (auto it = running_.begin();
+       it != running_.end() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs;) {
     Sequence* seq = it->get();
+    if (seq->busy) {
+      ++it;
+      continue;
+    }
     const int32_t pending = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
     const int32_t chunk = std::min(pending, budget);
     const int32_t need = blocks_for(seq->n_computed + chunk, block_size_) -
                          static_cast<int32_t>(seq->blocks.size());
     bool self_preempted = false;
     while (need > blocks_.n_free()) {
-      // Preempt the newest running sequence that is not already in this step's batch.
       auto victim = std::prev(running_.end());
-      if (victim->get() == seq) {
-        preempt(seq);
-        waiting_.push_front(std::move(*victim));
-        running_.erase(victim);
-        self_preempted = true;
-        break;
-      }
+      while (victim->get() != seq && (*victim)->busy) --victim;
+      if (victim->get() == seq) self_preempted = true;
       preempt(victim->get());
       waiting_.push_front(std::move(*victim));
+      if (self_preempted) {
+        it = running_.erase(victim);
+        break;
+      }
       running_.erase(victim);
     }
-    if (self_preempted) break;  // everything after it was newer and is gone too
+    if (self_preempted) continue;
     if (need > 0) LTM_ASSERT(blocks_.allocate(need, &seq->blocks));
     seq->chunk = chunk;
     budget -= chunk;
@@ -189,7 +228,7 @@ bool Scheduler::step() {
   }
   // 2. Admit waiting requests in order while blocks and budget allow. A request is admitted
   // only when its whole current context fits, so that admission does not cause preemption.
-  while (!waiting_.empty() && budget > 0 &&
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front().get();
     const int32_t total_blocks = blocks_for(static_cast<int32_t>(seq->tokens.size()) + 1, block_size_);
@@ -202,27 +241,17 @@ bool Scheduler::step() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.queue_depth = static_cast<int32_t>(waiting_.size() + incoming_.size());
-    stats_.running = static_cast<int32_t>(running_.size());
-    stats_.kv_blocks_free = blocks_.n_free();
-  }
-  if (batch.empty()) return !running_.empty() || !waiting_.empty();
+  if (batch.empty()) return false;
 
-  // 3. Build the plan.
-  StepPlan plan;
-  StepInput& in = plan.input;
+  // 3. The plan every rank runs.
+  StepPlan step;
+  StepInput& in = step.input;
   int32_t max_blocks = 0;
   for (Sequence* seq : batch) max_blocks = std::max(max_blocks, static_cast<int32_t>(seq->blocks.size()));
   in.max_blocks_per_seq = max_blocks;
   in.token_offsets.push_back(0);
-  struct RowOwner {
-    Sequence* seq;
-    bool sample;  // the row a new token is drawn from (else a prompt-logits row)
-  };
-  std::vector<RowOwner> owners;
   for (Sequence* seq : batch) {
+    seq->busy = true;
     const int32_t row0 = in.n_tokens();
     for (int32_t i = 0; i < seq->chunk; ++i) {
       const int32_t pos = seq->n_computed + i;
@@ -245,33 +274,40 @@ bool Scheduler::step() {
       for (int32_t pos = seq->n_computed; pos < last; ++pos) {
         if (completes && pos == seq->n_computed + seq->chunk - 1) continue;
         in.logit_rows.push_back(row0 + pos - seq->n_computed);
-        plan.sampling.push_back(rs);
-        owners.push_back({seq, false});
+        step.sampling.push_back(rs);
+        plan->rows.push_back({seq, false});
       }
-      plan.want_logits = true;
+      step.want_logits = true;
     }
     if (completes) {
       in.logit_rows.push_back(in.n_tokens() - 1);
-      plan.sampling.push_back(rs);
-      owners.push_back({seq, true});
-      if (seq->req.return_full_logits || seq->req.return_prompt_logits) plan.want_logits = true;
+      step.sampling.push_back(rs);
+      plan->rows.push_back({seq, true});
+      if (seq->req.return_full_logits || seq->req.return_prompt_logits) step.want_logits = true;
     }
   }
+  plan->want_logits = step.want_logits;
 
-  // 4. Run it on every rank.
-  StepOutput out = engine_.step(plan);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.steps++;
+  // 4. Run it on every rank (rank 0's stage now, the later stages while we plan the next one).
+  engine_.submit(step);
+  in_flight_.push_back(std::move(plan));
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.steps++;
+  return true;
+}
+
+void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
+  for (Sequence* seq : plan.batch) {
+    seq->n_computed += seq->chunk;
+    seq->busy = false;
   }
-  for (Sequence* seq : batch) seq->n_computed += seq->chunk;
   const int64_t V = config_.vocab_size;
-  for (size_t r = 0; r < owners.size(); ++r) {
-    Sequence* seq = owners[r].seq;
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    Sequence* seq = plan.rows[r].seq;
     std::vector<float> row;
     if (plan.want_logits && !out.logits.empty())
       row.assign(out.logits.begin() + r * V, out.logits.begin() + (r + 1) * V);
-    if (!owners[r].sample) {
+    if (!plan.rows[r].sample) {
       GenerationEvent ev;
       ev.prompt_logits = std::move(row);
       emit(seq, std::move(ev));
@@ -294,10 +330,6 @@ bool Scheduler::step() {
     else
       ++it;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.kv_blocks_free = blocks_.n_free();
-  stats_.running = static_cast<int32_t>(running_.size());
-  return true;
 }
 
 void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits) {
@@ -340,6 +372,7 @@ void Scheduler::serve() {
       if (stopping_ && incoming_.empty() && running_.empty() && waiting_.empty()) return;
       if (stopping_ && Clock::now() >= drain_deadline_) {
         lock.unlock();
+        collect_all();
         take_incoming();
         for (auto& s : running_) finish(s.get(), FinishReason::kCancelled, "server shut down");
         for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, "server shut down");
@@ -359,6 +392,15 @@ void Scheduler::stop(Clock::time_point deadline) {
     drain_deadline_ = deadline;
   }
   cv_.notify_all();
+}
+
+void Scheduler::collect_all() {
+  while (!in_flight_.empty()) {
+    StepOutput out = engine_.collect();
+    std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    process_results(*plan, out);
+  }
 }
 
 void Scheduler::fail_all(const std::string& error) {

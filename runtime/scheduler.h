@@ -30,6 +30,7 @@ struct SchedulerOptions {
   int32_t max_batch_tokens = 512;  // new tokens per step (bounds prefill chunks)
   int32_t max_running = 64;        // sequences in the running batch
   int32_t max_queue = 256;         // waiting requests before RESOURCE_EXHAUSTED
+  int32_t micro_batches = 1;       // plans in flight at once: the pipeline depth (pp) keeps every stage busy
 };
 
 struct SchedulerStats {
@@ -67,7 +68,11 @@ class Scheduler final : public RequestSink {
 
  private:
   struct Sequence;
-  bool step();  // false when there was nothing to do
+  struct InFlightPlan;
+  bool step();         // false when there was nothing to do
+  bool submit_plan();  // false when no sequence could be scheduled
+  void process_results(InFlightPlan& plan, StepOutput& out);
+  void collect_all();  // waits for every plan in flight and processes its samples
   void take_incoming();
   void reap_cancelled();
   void preempt(Sequence* seq);
@@ -92,6 +97,7 @@ class Scheduler final : public RequestSink {
   // Step thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::list<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
   uint64_t next_seq_id_ = 1;
 };
 

@@ -1,10 +1,15 @@
 #include "kernels/cpu/attention.h"
 
+#include <cblas.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "kernels/cpu/fast_math.h"
 
 namespace ltm::kernels::cpu {
 
@@ -70,7 +75,7 @@ void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin,
     for (int p = 0; p < limit[r]; ++p) mx = std::max(mx, sc[p]);
     float sum = 0.0f;
     for (int p = 0; p < n_keys; ++p) {
-      sc[p] = p < limit[r] ? std::exp(sc[p] - mx) : 0.0f;
+      sc[p] = p < limit[r] ? exp_approx(sc[p] - mx) : 0.0f;
       sum += sc[p];
     }
     inv_sum[r] = 1.0f / sum;
@@ -95,24 +100,87 @@ void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin,
   }
 }
 
+// A sequence with many new rows (a prefill chunk) in matrix form, one head after the other:
+// gather the head's K and V from the blocks, S = Q K^T / sqrt(d_k) and O = softmax(S) V as
+// OpenBLAS GEMMs (threaded by OpenBLAS), the causal mask and softmax by rows in between.
+void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const float* k_cache,
+                   const float* v_cache, float* out, std::vector<float>& scratch) {
+  const int hd = s.head_dim;
+  const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
+  const int first_row = s.token_offsets[seq];
+  const int n_new = s.token_offsets[seq + 1] - first_row;
+  const int ctx = s.context_lens[seq];
+  const int pos0 = ctx - n_new;
+  const int32_t* table = s.block_tables + static_cast<int64_t>(seq) * s.max_blocks_per_seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  scratch.resize(static_cast<size_t>(2 * ctx * hd + static_cast<int64_t>(n_new) * ctx));
+  float* k = scratch.data();           // [ctx, hd]
+  float* v = k + static_cast<int64_t>(ctx) * hd;  // [ctx, hd]
+  float* sc = v + static_cast<int64_t>(ctx) * hd; // [n_new, ctx]
+  for (int h = 0; h < s.n_head; ++h) {
+    for (int p0 = 0; p0 < ctx; p0 += s.block_size) {
+      const int n = std::min(s.block_size, ctx - p0);
+      const int64_t src = ((static_cast<int64_t>(table[p0 / s.block_size]) * s.n_head + h) *
+                           s.block_size) * hd;
+      std::memcpy(k + static_cast<int64_t>(p0) * hd, k_cache + src, sizeof(float) * n * hd);
+      std::memcpy(v + static_cast<int64_t>(p0) * hd, v_cache + src, sizeof(float) * n * hd);
+    }
+    const float* q = qkv + static_cast<int64_t>(first_row) * 3 * d_local + static_cast<int64_t>(h) * hd;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, ctx, hd, scale, q, 3 * d_local, k,
+                hd, 0.0f, sc, ctx);
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(n_new) * ctx > 32768)
+    for (int r = 0; r < n_new; ++r) {
+      float* row = sc + static_cast<int64_t>(r) * ctx;
+      const int limit = pos0 + r + 1;  // keys 0 .. limit-1 are visible
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int p = 0; p < limit; ++p) {
+        row[p] = exp_approx(row[p] - mx);
+        sum += row[p];
+      }
+      const float inv = 1.0f / sum;
+#pragma omp simd
+      for (int p = 0; p < limit; ++p) row[p] *= inv;
+      std::fill(row + limit, row + ctx, 0.0f);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_new, hd, ctx, 1.0f, sc, ctx, v, hd,
+                0.0f, out + static_cast<int64_t>(first_row) * d_local + static_cast<int64_t>(h) * hd,
+                d_local);
+  }
+}
+
 }  // namespace
 
 void paged_attention(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
                      const float* v_cache, float* out) {
-  // Work items: (sequence, head, tile). Built once per call; cheap next to the math.
+  // Sequences with at least kMatrixRows new rows go through the matrix form; the rest (decodes,
+  // short chunks) through the tiled loop, threaded over (sequence, head, tile).
+  constexpr int kMatrixRows = 16;
   struct Item {
     int seq, head, row_begin, n_rows;
   };
   std::vector<Item> items;
+  std::vector<int> matrix_seqs;
   int max_ctx = 0;
   for (int seq = 0; seq < s.n_seqs; ++seq) {
     const int n_new = s.token_offsets[seq + 1] - s.token_offsets[seq];
+    if (n_new >= kMatrixRows) {
+      matrix_seqs.push_back(seq);
+      continue;
+    }
     max_ctx = std::max(max_ctx, static_cast<int>(s.context_lens[seq]));
     for (int h = 0; h < s.n_head; ++h)
       for (int r = 0; r < n_new; r += kQueryTile)
         items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});
   }
+  if (!matrix_seqs.empty()) {
+    std::vector<float> scratch;
+    for (int seq : matrix_seqs) attend_matrix(s, seq, qkv, k_cache, v_cache, out, scratch);
+  }
   const int64_t n_items = static_cast<int64_t>(items.size());
+  if (n_items == 0) return;
 #pragma omp parallel if (n_items > 1)
   {
     std::vector<float> scores(static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1));

@@ -1,6 +1,6 @@
 #include "kernels/cpu/gelu.h"
 
-#include <cmath>
+#include "kernels/cpu/fast_math.h"
 
 namespace ltm::kernels::cpu {
 
@@ -13,7 +13,7 @@ void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) {
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
       const float v = row[c] + (bias ? bias[c] : 0.0f);
-      row[c] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kCoeff * v * v * v)));
+      row[c] = 0.5f * v * (1.0f + tanh_approx(kSqrt2OverPi * (v + kCoeff * v * v * v)));
     }
   }
 }
