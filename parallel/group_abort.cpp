@@ -56,7 +56,9 @@ int this_world_rank() {
   return rank;
 }
 
-std::string rank_prefix() { return absl::StrCat("ltm: ", this_host(), ":", this_world_rank(), ": "); }
+std::string rank_prefix() {
+  return absl::StrCat("ltm: ", this_host(), ":", this_world_rank(), ": ");
+}
 
 void abort_group(int exit_code, std::string_view message) {
   static std::atomic<bool> aborting{false};

@@ -3,8 +3,8 @@
 // others hanging).
 //
 // abort_group prints its message to stderr, then calls MPI_Abort(MPI_COMM_WORLD, code), which asks
-// mpirun (or srun) to kill every rank of the job. MPI_Abort itself can hang when the launcher or the
-// network is gone, so an enforcer thread is started first: if the process still exists after
+// mpirun (or srun) to kill every rank of the job. MPI_Abort itself can hang when the launcher or
+// the network is gone, so an enforcer thread is started first: if the process still exists after
 // kAbortGraceSeconds, it calls _exit(code). Either way the process ends with a non-zero status.
 //
 // Threading: any thread may call abort_group; the first caller aborts, later callers print their
@@ -17,9 +17,9 @@
 namespace ltm::parallel {
 
 // Exit codes of a group abort (also the MPI_Abort error code, so mpirun exits with it).
-inline constexpr int kExitMpiFailure = 2;      // an MPI call returned an error
+inline constexpr int kExitMpiFailure = 2;         // an MPI call returned an error
 inline constexpr int kExitCollectiveTimeout = 3;  // the collective watchdog fired
-inline constexpr int kExitLauncherGone = 4;    // mpirun/srun died while this rank waited
+inline constexpr int kExitLauncherGone = 4;       // mpirun/srun died while this rank waited
 
 // How long MPI_Abort may take before the enforcer thread calls _exit.
 inline constexpr double kAbortGraceSeconds = 5.0;

@@ -28,9 +28,9 @@ void fail_mpi(int error_code, std::string_view op, std::string_view group, const
   if (MPI_Error_string(error_code, text, &length) != MPI_SUCCESS) length = 0;
   const std::string reason =
       length > 0 ? std::string(text, length) : absl::StrCat("MPI error code ", error_code);
-  abort_group(kExitMpiFailure, absl::StrCat(rank_prefix(), "MPI ", std::string(op), " on group ",
-                                            std::string(group),
-                                            " failed: ", reason, " (", file, ":", line, ")"));
+  abort_group(kExitMpiFailure,
+              absl::StrCat(rank_prefix(), "MPI ", std::string(op), " on group ", std::string(group),
+                           " failed: ", reason, " (", file, ":", line, ")"));
 }
 
 }  // namespace ltm::parallel

@@ -33,13 +33,13 @@ std::unique_lock<std::mutex> lock_mpi();
 
 }  // namespace ltm::parallel
 
-#define LTM_MPI(call, op, group)                                                  \
-  do {                                                                            \
-    int _ltm_mpi_rc;                                                              \
-    {                                                                             \
-      auto _ltm_mpi_lock = ::ltm::parallel::lock_mpi();                           \
-      _ltm_mpi_rc = (call);                                                       \
-    }                                                                             \
-    if (_ltm_mpi_rc != MPI_SUCCESS) [[unlikely]]                                  \
+#define LTM_MPI(call, op, group)                                                 \
+  do {                                                                           \
+    int _ltm_mpi_rc;                                                             \
+    {                                                                            \
+      auto _ltm_mpi_lock = ::ltm::parallel::lock_mpi();                          \
+      _ltm_mpi_rc = (call);                                                      \
+    }                                                                            \
+    if (_ltm_mpi_rc != MPI_SUCCESS) [[unlikely]]                                 \
       ::ltm::parallel::fail_mpi(_ltm_mpi_rc, (op), (group), __FILE__, __LINE__); \
   } while (0)

@@ -148,8 +148,9 @@ void MpiCommunicator::recv(void* data, size_t bytes, int src, int tag) {
     int got = 0;
     LTM_MPI(MPI_Get_count(&status, MPI_BYTE, &got), op, name());
     // A longer message fails in MPI_Test (MPI_ERR_TRUNCATE); a shorter one is a sender's bug.
-    LTM_ASSERT(got == n, op, " on group ", name(), ": got ", got, " bytes where the receiver expects ",
-               n, " (piece at offset ", offset, " of ", bytes, ")");
+    LTM_ASSERT(got == n, op, " on group ", name(), ": got ", got,
+               " bytes where the receiver expects ", n, " (piece at offset ", offset, " of ", bytes,
+               ")");
     offset += n;
   } while (offset < bytes);
 }

@@ -64,12 +64,14 @@ Range ffn_range(int64_t d_ff, int tp, int tp_rank) {
 }
 
 absl::Status validate_world(int world_size, int tp, int pp) {
-  if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("--tp must be at least 1 (got ", tp, ")"));
-  if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("--pp must be at least 1 (got ", pp, ")"));
+  if (tp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be at least 1 (got ", tp, ")"));
+  if (pp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--pp must be at least 1 (got ", pp, ")"));
   if (static_cast<int64_t>(tp) * pp != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mpirun started ", world_size, plural(world_size, " rank", " ranks"), " but --tp ", tp,
-        " x --pp ", pp, " needs ", static_cast<int64_t>(tp) * pp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mpirun started ", world_size, plural(world_size, " rank", " ranks"),
+                     " but --tp ", tp, " x --pp ", pp, " needs ", static_cast<int64_t>(tp) * pp));
   }
   return absl::OkStatus();
 }
@@ -88,9 +90,9 @@ absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int
         " % tp ", tp, " = ", n_head % tp, "); --tp values that fit: ", divisors(n_head, 4096)));
   }
   if (d_ff % tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tp ", tp, " does not divide the model's FFN width d_ff ", d_ff, " (d_ff % tp = ",
-        d_ff % tp, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp,
+                                                   " does not divide the model's FFN width d_ff ",
+                                                   d_ff, " (d_ff % tp = ", d_ff % tp, ")"));
   }
   if (pp > n_layer) {
     return absl::InvalidArgumentError(absl::StrCat(

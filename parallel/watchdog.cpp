@@ -71,8 +71,8 @@ Watchdog::Watchdog(std::string group, WatchdogOptions options)
     : group_(std::move(group)), options_(options), timeout_s_(options.timeout_s) {}
 
 std::string Watchdog::timeout_message(std::string_view op, size_t bytes, double seconds) const {
-  return absl::StrCat(rank_prefix(), "collective ", std::string(op), " on group ", group_, " (", bytes,
-                      " bytes) did not finish within ", seconds,
+  return absl::StrCat(rank_prefix(), "collective ", std::string(op), " on group ", group_, " (",
+                      bytes, " bytes) did not finish within ", seconds,
                       " s; a peer rank is dead or stuck; aborting the group");
 }
 
@@ -94,8 +94,8 @@ MPI_Status Watchdog::wait(MPI_Request* request, std::string_view op, size_t byte
     case PollResult::kLauncherGone:
       abort_group(kExitLauncherGone,
                   absl::StrCat(rank_prefix(), "the launcher (mpirun/srun, pid ", g_launcher.load(),
-                               ") exited while this rank waited in ", std::string(op), " on group ", group_,
-                               "; aborting the group"));
+                               ") exited while this rank waited in ", std::string(op), " on group ",
+                               group_, "; aborting the group"));
   }
   abort_group(kExitMpiFailure, "unreachable");
 }

@@ -12,8 +12,8 @@
 //     at most max_sleep_s = 250 us), so a long operation is noticed finished within ~12% of its
 //     length and a rank waiting for a slow peer does not hold a core;
 //   - the deadline is checked at every poll. When it passes, the rank prints
-//       ltm: <host>:<rank>: collective <op> on group <name> (<n> bytes) did not finish within <T> s;
-//       a peer rank is dead or stuck; aborting the group
+//       ltm: <host>:<rank>: collective <op> on group <name> (<n> bytes) did not finish
+//       within <T> s; a peer rank is dead or stuck; aborting the group      (one line)
 //     and calls abort_group(kExitCollectiveTimeout): MPI_Abort(MPI_COMM_WORLD, 3), with a thread
 //     that _exit(3)s if MPI_Abort has not ended the process within kAbortGraceSeconds.
 // Open MPI makes progress on non-blocking operations only inside MPI calls; the polling is that
@@ -30,8 +30,8 @@
 //      re-parented. Every poll loop checks getppid() once a second against the parent recorded at
 //      MPI start-up (watch_launcher) and then aborts with kExitLauncherGone (checked by
 //      watchdog_test: the ranks are gone ~3 s after mpirun is SIGKILLed);
-//   3. rank 0 alive but stuck outside MPI cannot be told from an idle server by waiting alone. Where
-//      that matters the coordinator sends a keep-alive (empty) plan every H seconds and the other
+//   3. rank 0 alive but stuck outside MPI cannot be told from an idle server by waiting alone.
+//      Where that matters the coordinator sends a keep-alive (empty) plan every H seconds and the other
 //      ranks pass Deadline::after(k * H) to broadcast_wait, which then fires like any collective.
 // We chose this over heartbeats everywhere because (1) and (2) cover dead processes at no cost and
 // keep the idle server silent; (3) stays available without changing this layer.
@@ -57,10 +57,10 @@ inline constexpr double kDefaultCollectiveTimeoutSeconds = 300.0;  // --collecti
 
 struct WatchdogOptions {
   double timeout_s = kDefaultCollectiveTimeoutSeconds;  // <= 0: no deadline (not for production)
-  double spin_s = 1e-3;             // busy polling before the first nap
-  double min_sleep_s = 5e-6;        // shortest nap between polls
-  double max_sleep_s = 250e-6;      // longest nap while an operation runs (under a deadline)
-  double idle_max_sleep_s = 2e-3;   // longest nap of a wait with no deadline (waiting for work)
+  double spin_s = 1e-3;                                 // busy polling before the first nap
+  double min_sleep_s = 5e-6;                            // shortest nap between polls
+  double max_sleep_s = 250e-6;     // longest nap while an operation runs (under a deadline)
+  double idle_max_sleep_s = 2e-3;  // longest nap of a wait with no deadline (waiting for work)
 };
 
 // When a wait gives up: a point on the steady clock, or never.
@@ -110,7 +110,8 @@ class Watchdog {
 
   // Polls `request` until it completes and returns its status. Never returns on failure: an MPI
   // error, a passed deadline or a vanished launcher take the group down with the message above.
-  // `op` ("all_reduce_sum", "send(dst=1,tag=7)") and `bytes` (the whole operation's) are named in it.
+  // `op` ("all_reduce_sum", "send(dst=1,tag=7)") and `bytes` (the whole operation's) are named
+  // in the message.
   MPI_Status wait(MPI_Request* request, std::string_view op, size_t bytes, Deadline deadline) const;
 
   // The timeout message, exposed for tests.

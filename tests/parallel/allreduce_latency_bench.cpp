@@ -47,10 +47,12 @@ int main(int argc, char** argv) {
     std::vector<double> samples;
   };
   std::vector<Variant> variants;
-  variants.push_back({"MPI_Allreduce (blocking, no watchdog)", [&] {
-                        MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(count),
-                                      MPI_FLOAT, MPI_SUM, raw);
-                      }, {}});
+  variants.push_back({"MPI_Allreduce (blocking, no watchdog)",
+                      [&] {
+                        MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(count), MPI_FLOAT,
+                                      MPI_SUM, raw);
+                      },
+                      {}});
   std::vector<std::unique_ptr<ltm::parallel::MpiCommunicator>> comms;
   for (double spin_us : {50.0, 200.0, 1000.0, 5000.0}) {
     ltm::parallel::WatchdogOptions options;
@@ -59,8 +61,10 @@ int main(int argc, char** argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     comms.push_back(std::make_unique<ltm::parallel::MpiCommunicator>(comm, "world", options));
     auto* c = comms.back().get();
-    variants.push_back({"MpiCommunicator, spin " + std::to_string(static_cast<int>(spin_us)) + " us",
-                        [&, c] { c->all_reduce_sum(data.data(), count); }, {}});
+    variants.push_back(
+        {"MpiCommunicator, spin " + std::to_string(static_cast<int>(spin_us)) + " us",
+         [&, c] { c->all_reduce_sum(data.data(), count); },
+         {}});
   }
 
   constexpr int kBlock = 500;
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
                 iterations);
     for (auto& v : variants) {
       const Stats s = stats(v.samples);
-      std::printf("  %-40s median %8.2f us   p99 %8.2f us\n", v.name.c_str(), s.median_us, s.p99_us);
+      std::printf("  %-40s median %8.2f us   p99 %8.2f us\n", v.name.c_str(), s.median_us,
+                  s.p99_us);
     }
   }
   comms.clear();

@@ -1,6 +1,7 @@
 // MpiCommunicator on 4 ranks as tp 2 x pp 2: every operation on the world, tp and pp groups,
 // small and large buffers (> 1M floats), the chunked paths (pieces forced small), and the idle
-// wait outlasting the collective timeout. Run: mpirun -n 4 --oversubscribe mpi_communicator_mpi_test
+// wait outlasting the collective timeout.
+// Run: mpirun -n 4 --oversubscribe mpi_communicator_mpi_test
 //
 // A failed check on one rank leaves the others waiting in the next collective; the watchdog
 // (60 s here) then ends the run with a message instead of a hang.

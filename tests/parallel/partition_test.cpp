@@ -23,7 +23,8 @@ TEST(LayerRange, TilesEveryLayerCountAndStageCount) {
         const Range r = layer_range(n_layer, pp, stage);
         ASSERT_EQ(r.begin, next) << "n_layer " << n_layer << " pp " << pp << " stage " << stage;
         const int64_t expected = n_layer / pp + (stage < n_layer % pp ? 1 : 0);
-        ASSERT_EQ(r.size(), expected) << "n_layer " << n_layer << " pp " << pp << " stage " << stage;
+        ASSERT_EQ(r.size(), expected)
+            << "n_layer " << n_layer << " pp " << pp << " stage " << stage;
         ASSERT_GE(r.size(), 1);
         next = r.end;
       }
@@ -126,7 +127,8 @@ TEST(ValidateLayout, WorldSizeMismatchNamesTheNumbers) {
   const absl::Status s = validate_layout(3, 2, 2, 12, 12, 3072);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(message_of(s), "mpirun started 3 ranks but --tp 2 x --pp 2 needs 4");
-  EXPECT_EQ(message_of(validate_world(1, 2, 1)), "mpirun started 1 rank but --tp 2 x --pp 1 needs 2");
+  EXPECT_EQ(message_of(validate_world(1, 2, 1)),
+            "mpirun started 1 rank but --tp 2 x --pp 1 needs 2");
   EXPECT_TRUE(validate_world(8, 4, 2).ok());
 }
 
@@ -152,7 +154,8 @@ TEST(ValidateLayout, MoreStagesThanLayers) {
 
 TEST(ValidateLayout, NonPositiveTpOrPp) {
   EXPECT_EQ(message_of(validate_layout(0, 0, 1, 12, 12, 3072)), "--tp must be at least 1 (got 0)");
-  EXPECT_EQ(message_of(validate_layout(2, 2, -1, 12, 12, 3072)), "--pp must be at least 1 (got -1)");
+  EXPECT_EQ(message_of(validate_layout(2, 2, -1, 12, 12, 3072)),
+            "--pp must be at least 1 (got -1)");
 }
 
 TEST(ValidateLayout, BrokenModelShapes) {

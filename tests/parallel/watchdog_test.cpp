@@ -86,8 +86,8 @@ struct PollCounter {
 
 TEST(PollUntil, TimesOutOnTimeAndNapsWhileWaiting) {
   PollCounter polls;
-  const PollResult result = poll_until([&] { return polls.count(), false; }, Deadline::after(0.2),
-                                       WatchdogOptions{});
+  const PollResult result =
+      poll_until([&] { return polls.count(), false; }, Deadline::after(0.2), WatchdogOptions{});
   const double took = seconds_since(polls.start);
   EXPECT_EQ(result, PollResult::kTimedOut);
   EXPECT_GE(took, 0.2);
@@ -228,8 +228,8 @@ class WatchdogRun : public ::testing::Test {
                    << " (build it, or set LTM_WATCHDOG_VICTIM)";
     }
   }
-  static constexpr double kTimeout = 2;                 // --collective-timeout of the victims
-  static constexpr double kLimit = kTimeout + 10;       // what the group may take to go down
+  static constexpr double kTimeout = 2;            // --collective-timeout of the victims
+  static constexpr double kLimit = kTimeout + 10;  // what the group may take to go down
   std::string host_ = this_host();
 };
 
@@ -239,10 +239,11 @@ TEST_F(WatchdogRun, RankHangingInAllReduceBringsTheGroupDown) {
   std::printf("hang in all_reduce: exit %d after %.2f s\n", run.exit_code, run.seconds);
   EXPECT_EQ(run.exit_code, kExitCollectiveTimeout) << run.output;
   EXPECT_LT(run.seconds, kLimit) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("ltm: " + host_ +
-                                    ":0: collective all_reduce_sum on group tp (3072 bytes) did not "
-                                    "finish within 2 s; a peer rank is dead or stuck; aborting the "
-                                    "group"));
+  EXPECT_THAT(run.output,
+              HasSubstr("ltm: " + host_ +
+                        ":0: collective all_reduce_sum on group tp (3072 bytes) did not "
+                        "finish within 2 s; a peer rank is dead or stuck; aborting the "
+                        "group"));
 }
 
 TEST_F(WatchdogRun, RankHangingInSendBringsTheGroupDown) {
@@ -276,6 +277,19 @@ TEST_F(WatchdogRun, RankKilledMidCollectiveBringsTheGroupDown) {
   EXPECT_LT(run.seconds, kLimit) << run.output;
   EXPECT_THAT(run.output, ContainsRegex("rank 2.*(exited on signal 9|Killed)|collective"))
       << run.output;
+}
+
+TEST_F(WatchdogRun, MpiErrorBringsTheGroupDownWithItsMessage) {
+  // Stage 1 receives 1024 bytes where stage 0 sends 3072: MPI_ERR_TRUNCATE on ranks 2 and 3.
+  const RunResult run = run_victim({"truncate", "-1", "send", "2"}, 60);
+  std::printf("truncated recv: exit %d after %.2f s\n", run.exit_code, run.seconds);
+  EXPECT_EQ(run.exit_code, kExitMpiFailure) << run.output;
+  EXPECT_LT(run.seconds, kLimit) << run.output;
+  EXPECT_THAT(
+      run.output,
+      ContainsRegex("ltm: " + host_ +
+                    ":[23]: MPI recv\\(src=0,tag=9\\) on group pp failed: MPI_ERR_TRUNCATE: "
+                    "message truncated \\(.*parallel/[a-z_]+\\.cpp:[0-9]+\\)"));
 }
 
 TEST_F(WatchdogRun, IdleWaitLongerThanTheTimeoutIsFine) {

@@ -8,6 +8,8 @@
 //         ok       nobody misbehaves: <op> completes, exit 0
 //         idle     rank 0 stays idle for 2 x timeout before broadcasting the next plan, the others
 //                  wait in broadcast_wait: must complete, exit 0
+//         truncate stage 1 receives into a buffer smaller than stage 0 sends (an MPI error, not a
+//                  timeout): must end with the "MPI ... failed" message, exit 2
 //         orphan   every rank waits in broadcast_wait forever (rank 0 sleeps); the test kills
 //                  mpirun and checks the ranks go away (each writes <pid dir>/rank<r>.pid, and
 //                  its stderr goes to <pid dir>/rank<r>.err, since mpirun no longer forwards it)
@@ -60,8 +62,10 @@ void run_op(const std::string& op, MpiWorld& world, const WorldLayout& layout) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s <hang|kill|ok|idle|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s <hang|kill|ok|idle|truncate|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
+        argv[0]);
     return 64;
   }
   const std::string mode = argv[1];
@@ -102,6 +106,13 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (mode == "truncate") {
+    std::vector<char> buffer(3072);
+    if (layout->pp_rank() == 0) world.pp().send(buffer.data(), 3072, 1, 9);
+    if (layout->pp_rank() == 1) world.pp().recv(buffer.data(), 1024, 0, 9);
+    world.world().barrier();
+    return 0;
+  }
   if (world.rank() == victim) {
     if (mode == "hang") sleep_forever();
     if (mode == "kill") raise(SIGKILL);
