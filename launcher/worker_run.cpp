@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "launcher/model_setup.h"
+#include "parallel/group_abort.h"
 #include "runtime/grpc_server.h"
 #include "runtime/npy.h"
 #include "runtime/scheduler.h"
@@ -200,16 +201,27 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
                o.block_size);
   std::fflush(stderr);
 
-  // SIGTERM/SIGINT: stop taking requests, finish (or after --drain-timeout cancel) the rest.
+  // SIGTERM, SIGINT or SIGUSR1 (what mpirun forwards to every rank; launcher/ltm-mpirun turns
+  // its own SIGTERM into it): stop taking requests, finish (or after --drain-timeout cancel) the
+  // rest, release the other ranks and exit 0.
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  // If the group goes down (a rank died, a collective timed out), answer every request in flight
+  // UNAVAILABLE before the process ends, so clients retry elsewhere instead of seeing a reset.
+  const std::thread::id step_thread = std::this_thread::get_id();
+  parallel::set_abort_hook([&scheduler, step_thread](std::string_view message) {
+    if (std::this_thread::get_id() != step_thread) return;  // the scheduler is the step thread's
+    scheduler.fail_all("unavailable: the engine failed (" + std::string(message) + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // let gRPC send the answers
+  });
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (done.load()) return;
-    std::fprintf(stderr, "ltm-worker: signal %d: draining (up to %.0f s)\n", g_signal.load(),
+    std::fprintf(stderr, "ltm-worker: signal %d: draining (up to %.1f s)\n", g_signal.load(),
                  o.drain_timeout_s);
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
     (*server)->begin_drain();
@@ -219,6 +231,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   done.store(true);
   watcher.join();
   (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  parallel::set_abort_hook(nullptr);  // the scheduler goes out of scope
   std::fprintf(stderr, "ltm-worker: drained, exiting\n");
   return 0;
 }
@@ -226,6 +239,9 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
 }  // namespace
 
 int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
+  // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action
+  // (terminate) must not kill a rank that has no handler (only a serving rank 0 installs one).
+  signal(SIGUSR1, SIG_IGN);
   absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
@@ -233,6 +249,12 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   }
   RankSetup& rs = **setup;
   if (rs.world->rank() != 0) {
+    if (!o.listen.empty()) {
+      // A server's other ranks stop when rank 0 releases them after draining; the signals that
+      // start a drain (forwarded to every rank by mpirun or srun) must not kill them first.
+      signal(SIGTERM, SIG_IGN);
+      signal(SIGINT, SIG_IGN);
+    }
     rs.engine->follow();
     return 0;
   }

@@ -60,6 +60,17 @@ std::string rank_prefix() {
   return absl::StrCat("ltm: ", this_host(), ":", this_world_rank(), ": ");
 }
 
+namespace {
+std::function<void(std::string_view)>& abort_hook() {
+  static std::function<void(std::string_view)> hook;
+  return hook;
+}
+}  // namespace
+
+void set_abort_hook(std::function<void(std::string_view message)> hook) {
+  abort_hook() = std::move(hook);
+}
+
 void abort_group(int exit_code, std::string_view message) {
   static std::atomic<bool> aborting{false};
   std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
@@ -68,6 +79,7 @@ void abort_group(int exit_code, std::string_view message) {
     for (;;) pause();  // another thread is already taking the group down
   }
   start_enforcer(exit_code);
+  if (abort_hook()) abort_hook()(message);
   if (mpi_usable()) MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code);
 }

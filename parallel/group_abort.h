@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <functional>
 #include <string_view>
 
 namespace ltm::parallel {
@@ -33,5 +34,11 @@ std::string rank_prefix();
 
 // Prints `message` (one line, newline added) and takes the group down with `exit_code`.
 [[noreturn]] void abort_group(int exit_code, std::string_view message);
+
+// A last word before the group goes down: called once, by the first aborting thread, with the
+// message, after the enforcer thread has started (so a hook that hangs cannot keep the process
+// alive past kAbortGraceSeconds). Rank 0 uses it to answer in-flight requests UNAVAILABLE.
+// Set it once, before the runtime starts; the hook must not call MPI.
+void set_abort_hook(std::function<void(std::string_view message)> hook);
 
 }  // namespace ltm::parallel

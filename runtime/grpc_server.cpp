@@ -187,7 +187,10 @@ class GenerationCallCore {
         return grpc::Status(static_cast<grpc::StatusCode>(code), std::move(message));
       }
       case FinishReason::kCancelled:
-        // The engine ends a request by itself only at its deadline (the client's cancellation
+        // Cut by a shutdown (--drain-timeout passed): the server is going away, retry elsewhere.
+        if (!event.error.empty())
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, event.error);
+        // Otherwise the engine ends a request by itself only at its deadline (the client's cancellation
         // ends the call before the final event comes). Its clock may be a little ahead of ours.
         if (std::chrono::system_clock::now() + std::chrono::milliseconds(50) >= deadline_)
           return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");

@@ -374,8 +374,9 @@ void Scheduler::serve() {
         lock.unlock();
         collect_all();
         take_incoming();
-        for (auto& s : running_) finish(s.get(), FinishReason::kCancelled, "server shut down");
-        for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, "server shut down");
+        const std::string why = "server shut down: the drain timeout passed; retry elsewhere";
+        for (auto& s : running_) finish(s.get(), FinishReason::kCancelled, why);
+        for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, why);
         running_.clear();
         waiting_.clear();
         return;
