@@ -32,6 +32,18 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
 
 namespace {
 
+// q . k over n floats: 16 independent lanes (one AVX-512 register), summed once at the end.
+inline float dot(const float* __restrict a, const float* __restrict b, int n) {
+  float lane[16] = {};
+  int c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int j = 0; j < 16; ++j) lane[j] += a[c + j] * b[c + j];
+  float sum = 0.0f;
+  for (int j = 0; j < 16; ++j) sum += lane[j];
+  for (; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
 constexpr int kQueryTile = 4;  // query rows computed together: each key row is loaded once per tile
 
 // One (sequence, head, tile of up to kQueryTile query rows). `scores` holds kQueryTile * context.
@@ -60,12 +72,9 @@ void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin,
   for (int p = 0; p < n_keys; ++p) {
     const int64_t block = table[p / s.block_size];
     const float* k = k_cache + ((block * s.n_head + head) * s.block_size + p % s.block_size) * hd;
-    for (int r = 0; r < n_rows; ++r) {
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int c = 0; c < hd; ++c) dot += q[r][c] * k[c];
-      scores[r * n_keys + p] = p < limit[r] ? dot * scale : -std::numeric_limits<float>::infinity();
-    }
+    for (int r = 0; r < n_rows; ++r)
+      scores[r * n_keys + p] =
+          p < limit[r] ? dot(q[r], k, hd) * scale : -std::numeric_limits<float>::infinity();
   }
   // Softmax per row.
   float inv_sum[kQueryTile];
@@ -176,7 +185,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
         items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});
   }
   if (!matrix_seqs.empty()) {
-    std::vector<float> scratch;
+    static thread_local std::vector<float> scratch;  // reused: no page faults per layer
     for (int seq : matrix_seqs) attend_matrix(s, seq, qkv, k_cache, v_cache, out, scratch);
   }
   const int64_t n_items = static_cast<int64_t>(items.size());
