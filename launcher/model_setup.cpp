@@ -83,7 +83,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->world->world().all_gather(&my_bytes, rs->bytes_read_per_rank.data(), sizeof(uint64_t));
 
   // KV cache: the same block count on every rank (sized for the stage with the most layers).
-  const int64_t max_stage_layers = parallel::layer_range(config.n_layer, o.pp, 0).size();
+  int64_t max_stage_layers = 0;
+  for (int stage = 0; stage < o.pp; ++stage)
+    max_stage_layers = std::max(max_stage_layers, stage_layers(config, o.pp, stage).size());
   const int64_t per_block = KvCache::block_bytes(max_stage_layers, rs->model->n_head_local(),
                                                  config.head_dim(), o.block_size);
   const int32_t context_blocks = blocks_for(config.n_positions, o.block_size);

@@ -1,5 +1,8 @@
 #include "parallel/partition.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +31,26 @@ std::string divisors(int64_t n, int64_t limit) {
 const char* plural(int64_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
 }  // namespace
+
+Range balanced_layer_range(int64_t n_layer, int pp, int pp_rank, double head_layers) {
+  LTM_ASSERT(pp >= 1 && pp <= n_layer, "pp ", pp, " n_layer ", n_layer);
+  LTM_ASSERT(pp_rank >= 0 && pp_rank < pp, "pp_rank ", pp_rank, " of ", pp);
+  LTM_ASSERT(head_layers >= 0, "head_layers ", head_layers);
+  if (pp == 1) return {0, n_layer};
+  // The last stage's share is next to `ideal`; of the two neighbours take the one whose slowest
+  // stage is faster (ties: fewer layers on the last stage, as layer_range does).
+  const double ideal = (static_cast<double>(n_layer) + head_layers) / pp - head_layers;
+  auto slowest = [&](int64_t last) {
+    const int64_t others = (n_layer - last + pp - 2) / (pp - 1);  // largest of the other stages
+    return std::max(static_cast<double>(last) + head_layers, static_cast<double>(others));
+  };
+  auto valid = [&](int64_t last) { return std::clamp<int64_t>(last, 1, n_layer - (pp - 1)); };
+  const int64_t low = valid(static_cast<int64_t>(std::floor(std::max(ideal, 0.0))));
+  const int64_t high = valid(low + 1);
+  const int64_t last = slowest(high) < slowest(low) ? high : low;
+  if (pp_rank == pp - 1) return {n_layer - last, n_layer};
+  return split(n_layer - last, pp - 1, pp_rank);
+}
 
 Range layer_range(int64_t n_layer, int pp, int pp_rank) {
   LTM_ASSERT(pp >= 1 && pp <= n_layer, "pp ", pp, " n_layer ", n_layer);

@@ -31,6 +31,14 @@ struct Range {
 // Layers of pipeline stage `pp_rank` out of `pp` stages. Requires 1 <= pp <= n_layer.
 Range layer_range(int64_t n_layer, int pp, int pp_rank);
 
+// Layers of stage `pp_rank` when the last stage also runs the LM head, whose work equals
+// `head_layers` layers (for GPT-2 shapes V d / (12 d^2) = V / (12 d): 5.5 for GPT-2-124M, 0.34
+// for GPT-3-175B). The last stage gets fewer layers so that the stages take about the same time
+// (a pipeline runs at the pace of its slowest stage); every stage keeps at least one layer, the
+// other stages split the rest as layer_range does. head_layers = 0 gives layer_range.
+// Requires 1 <= pp <= n_layer, head_layers >= 0.
+Range balanced_layer_range(int64_t n_layer, int pp, int pp_rank, double head_layers);
+
 // Attention heads of TP rank `tp_rank`. Requires n_head % tp == 0.
 Range head_range(int64_t n_head, int tp, int tp_rank);
 

@@ -9,6 +9,12 @@ namespace ltm {
 
 using parallel::Range;
 
+parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank) {
+  const double head_layers =
+      static_cast<double>(config.vocab_size) / (12.0 * static_cast<double>(config.n_embd));
+  return parallel::balanced_layer_range(config.n_layer, pp, pp_rank, head_layers);
+}
+
 Model::Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
              parallel::Communicator& tp_comm)
     : config_(config), shard_(shard), backend_(backend), tp_comm_(tp_comm) {}
@@ -25,7 +31,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
   std::unique_ptr<Model> m(new Model(c, shard, backend, tp_comm));
   m->d_ = c.n_embd;
   m->head_dim_ = c.head_dim();
-  m->layers_ = parallel::layer_range(c.n_layer, shard.pp, shard.pp_rank);
+  m->layers_ = stage_layers(c, shard.pp, shard.pp_rank);
   m->heads_ = parallel::head_range(c.n_head, shard.tp, shard.tp_rank);
   m->ffn_ = parallel::ffn_range(c.n_inner, shard.tp, shard.tp_rank);
   m->vocab_ = parallel::vocab_range(c.vocab_size, shard.tp, shard.tp_rank);

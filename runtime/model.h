@@ -63,6 +63,10 @@ struct StepInput {
   int32_t n_seqs() const { return static_cast<int32_t>(context_lens.size()); }
 };
 
+// The layers of pipeline stage `pp_rank`: balanced so that the last stage, which also runs the
+// LM head (as much work as V / (12 d) layers), takes about as long as the others.
+parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank);
+
 class Model {
  public:
   // Loads this rank's slices from `source` onto `backend`. `tp_comm` is the TP group (size tp).
