@@ -33,6 +33,7 @@ double secs(Clock::time_point a, Clock::time_point b) {
 double measure_read_bandwidth(int threads) {
   const size_t n = size_t{1} << 28;
   std::vector<float> buf(n, 1.0f);
+  omp_set_num_threads(threads);  // OpenBLAS's OpenMP build is bounded by OpenMP's thread count
   ltm::kernels::cpu::set_blas_threads(threads);
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
@@ -49,6 +50,7 @@ double measure_read_bandwidth(int threads) {
 double measure_sgemm_peak(int threads) {
   const int64_t m = 2048;
   std::vector<float> a(m * m, 0.5f), b(m * m, 0.25f), c(m * m);
+  omp_set_num_threads(threads);
   ltm::kernels::cpu::set_blas_threads(threads);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
