@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace ltm {
 
@@ -101,29 +102,9 @@ constexpr size_t kSmallSort = 512;  // below this, std::sort; above, radix sort
 #define LTM_OMP_SIMD(...)
 #endif
 
-// exp(x) for x <= 0 (x may be -inf): Cody-Waite reduction and a degree-7 polynomial, relative
-// error ~2e-7; exactly 0 below -87. Branch-free and without float compares (x < -87 is tested on
-// the bits: for x <= 0, bits above those of -87 mean more negative), so that the loops over a
-// row vectorize, SSE2 included.
-inline float exp_nonpos(float x) {
-  constexpr uint32_t kMinBits = 0xC2AE0000u;  // -87.0f
-  const uint32_t xb = std::bit_cast<uint32_t>(x);
-  const uint32_t under = xb > kMinBits ? 0xFFFFFFFFu : 0u;
-  const float xc = std::bit_cast<float>((xb & ~under) | (kMinBits & under));
-  const float kMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to integer
-  const float n = (xc * 1.44269504088896341f + kMagic) - kMagic;
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const uint32_t scale = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;  // 2^n
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * std::bit_cast<float>(scale)) & ~under);
-}
+// exp(x) for x <= 0 (x may be -inf; 0 below -87.3): the kernels' vectorisable exp, so that the
+// loops over a row vectorize.
+inline float exp_nonpos(float x) { return kernels::cpu::exp_approx(x); }
 
 // The unnormalized probability of a value: exp((v - m) / t), m the row max, t > 0.
 inline float weight(float v, float m, float t) { return exp_nonpos((v - m) / t); }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "ltm/v1/ltm.grpc.pb.h"
+#include "tests/runtime/toy_vocab.h"
 
 namespace ltm {
 namespace {
@@ -29,24 +30,7 @@ using namespace std::chrono_literals;
 
 // ---- A toy tokenizer: 256 byte tokens + 2 merges (no files) ----------------------------------
 
-std::string byte_spelling(int b) {  // GPT-2's bytes_to_unicode, UTF-8 encoded
-  auto printable = [](int x) {
-    return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
-  };
-  int cp = b;
-  if (!printable(b)) {
-    cp = 256;
-    for (int x = 0; x < b; ++x) cp += printable(x) ? 0 : 1;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
+using testing_vocab::byte_spelling;
 
 Tokenizer toy_tokenizer() {
   std::vector<std::pair<std::string, int32_t>> vocab;

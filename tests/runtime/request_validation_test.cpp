@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/runtime/toy_vocab.h"
 
 namespace ltm {
 namespace {
@@ -19,24 +20,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // GPT-2's byte -> printable code point map (bytes_to_unicode), as vocab.json spells tokens.
-std::string byte_spelling(int b) {
-  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-  int cp = b;
-  if (!printable) {
-    int n = 0;
-    for (int x = 0; x < b; ++x)
-      if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE))) ++n;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
+using testing_vocab::byte_spelling;
 
 // Ids 0..255: the bytes; 256 "he", 257 "ll", 258 "hell", 259 "<|endoftext|>".
 Tokenizer toy_tokenizer() {
