@@ -75,6 +75,13 @@ class Backend {
 
   // --- memory ---
   virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised
+  // Zero-filled. The CPU backend gets fresh zero pages from the OS (no pass over the memory),
+  // so a large KV cache costs nothing until it is used.
+  virtual DeviceBuffer alloc_zeroed(size_t bytes) {
+    DeviceBuffer buf = alloc(bytes);
+    fill_zero(buf.data(), bytes);
+    return buf;
+  }
   // Weights read from the host. When `host_outlives` and the backend computes in host memory,
   // the buffer may alias `host` (no copy); otherwise it is copied.
   virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;

@@ -36,6 +36,13 @@ DeviceBuffer CpuBackend::alloc(size_t bytes) {
   return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
 }
 
+DeviceBuffer CpuBackend::alloc_zeroed(size_t bytes) {
+  // calloc of a large block maps fresh zero pages: nothing is written until first use.
+  void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
+  if (p == nullptr) throw std::bad_alloc();
+  return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
 DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outlives) {
   if (host_outlives) return DeviceBuffer(const_cast<void*>(host), bytes, nullptr);
   DeviceBuffer buf = alloc(bytes);

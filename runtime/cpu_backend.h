@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
   int threads() const { return n_threads_; }
 
   DeviceBuffer alloc(size_t bytes) override;
+  DeviceBuffer alloc_zeroed(size_t bytes) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;

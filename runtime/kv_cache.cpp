@@ -14,11 +14,9 @@ KvCache::KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local,
   const size_t bytes = static_cast<size_t>(n_blocks) * n_head_local * block_size * head_dim *
                        sizeof(float);
   for (int64_t l = 0; l < n_layers_local; ++l) {
-    k_.push_back(backend.alloc(bytes));
-    v_.push_back(backend.alloc(bytes));
     // Zeroed so that a stale slot can never hold NaN/Inf that a masked weight of 0 would spread.
-    backend.fill_zero(k_.back().data(), bytes);
-    backend.fill_zero(v_.back().data(), bytes);
+    k_.push_back(backend.alloc_zeroed(bytes));
+    v_.push_back(backend.alloc_zeroed(bytes));
   }
 }
 
