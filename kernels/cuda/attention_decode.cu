@@ -62,23 +62,11 @@ __host__ __device__ inline int lanes_per_key(int vecs) {
   return lanes;
 }
 
-struct DecodeParams {
-  const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
-  const float* k_cache;  // [n_blocks, n_head, block_size, head_dim]
-  const float* v_cache;
-  float* out;            // [n_tokens, n_head * head_dim]
-  const int32_t* token_offsets;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
+struct DecodeParams : PagedParams {
   float* part_acc;       // [n_seqs, n_head, n_partitions, head_dim]   (n_partitions > 1)
   float* part_stats;     // [n_seqs, n_head, n_partitions, 2]: max, sum
-  int n_head;
-  int head_dim;
-  int block_size;
-  int max_blocks_per_seq;
   int partition_tokens;  // a multiple of block_size
   int n_partitions;      // gridDim.z
-  float scale;           // 1 / sqrt(head_dim)
 };
 
 template <int kVec>
@@ -304,20 +292,9 @@ void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const f
                     "decode attention supports head_dim <= 512 (multiple of 4) or <= 128; got %d",
                     s.head_dim);
   DecodeParams p{};
-  p.qkv = qkv;
-  p.k_cache = k_cache;
-  p.v_cache = v_cache;
-  p.out = out;
-  p.token_offsets = s.token_offsets;
-  p.context_lens = s.context_lens;
-  p.block_tables = s.block_tables;
-  p.n_head = s.n_head;
-  p.head_dim = s.head_dim;
-  p.block_size = s.block_size;
-  p.max_blocks_per_seq = s.max_blocks_per_seq;
+  static_cast<PagedParams&>(p) = paged_params(s, qkv, k_cache, v_cache, out);
   p.partition_tokens = partition_tokens(s.block_size);
   p.n_partitions = decode_partitions(s);
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   if (p.n_partitions > 1) {
     LTM_KERNEL_ASSERT(workspace != nullptr, "decode attention over %d partitions needs a workspace",
                       p.n_partitions);

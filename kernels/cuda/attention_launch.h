@@ -1,9 +1,35 @@
 // Internal to kernels/cuda: the launchers attention.cu dispatches to (one file per kernel).
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+
 #include "kernels/cuda/attention.h"
 
 namespace ltm::kernels::cuda::detail {
+
+// What both attention kernels read (passed to them by value): the batch layout and the cache.
+struct PagedParams {
+  const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
+  const float* k_cache;  // [n_blocks, n_head, block_size, head_dim]
+  const float* v_cache;
+  float* out;            // [n_tokens, n_head * head_dim]
+  const int32_t* token_offsets;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int n_head;
+  int head_dim;
+  int block_size;
+  int max_blocks_per_seq;
+  float scale;  // 1 / sqrt(head_dim)
+};
+
+inline PagedParams paged_params(const PagedAttentionShape& s, const float* qkv,
+                                const float* k_cache, const float* v_cache, float* out) {
+  return PagedParams{qkv, k_cache, v_cache, out, s.token_offsets, s.context_lens, s.block_tables,
+                     s.n_head, s.head_dim, s.block_size, s.max_blocks_per_seq,
+                     1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+}
 
 // Number of decode partitions for `shape` (>= 1).
 int decode_partitions(const PagedAttentionShape& shape);

@@ -31,20 +31,8 @@ constexpr int kPStride = kTileK + 4;  // shared row stride of P, floats (16-byte
 static_assert(kTileQ == kRowsPerThread * (kThreads / kThreadsPerRow));
 static_assert(kTileK == 2 * kThreadsPerRow);
 
-struct PrefillParams {
-  const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
-  const float* k_cache;  // [n_blocks, n_head, block_size, head_dim]
-  const float* v_cache;
-  float* out;            // [n_tokens, n_head * head_dim]
-  const int32_t* token_offsets;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int n_head;
-  int head_dim;
-  int block_size;
-  int max_blocks_per_seq;
-  bool vec;              // head_dim % 4 == 0 and every pointer 16-byte aligned: float4 global I/O
-  float scale;
+struct PrefillParams : PagedParams {
+  bool vec;  // head_dim % 4 == 0 and every pointer 16-byte aligned: float4 global I/O
 };
 
 // Shared row stride (floats) of Q, K and V for a head of `head_dim`: padded to a multiple of 4,
@@ -269,20 +257,9 @@ void launch_paged_prefill(const PagedAttentionShape& s, const float* qkv, const 
   LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && s.n_head <= 65535, "n_seqs %d, n_head %d", s.n_seqs,
                     s.n_head);
   PrefillParams p{};
-  p.qkv = qkv;
-  p.k_cache = k_cache;
-  p.v_cache = v_cache;
-  p.out = out;
-  p.token_offsets = s.token_offsets;
-  p.context_lens = s.context_lens;
-  p.block_tables = s.block_tables;
-  p.n_head = s.n_head;
-  p.head_dim = s.head_dim;
-  p.block_size = s.block_size;
-  p.max_blocks_per_seq = s.max_blocks_per_seq;
+  static_cast<PagedParams&>(p) = paged_params(s, qkv, k_cache, v_cache, out);
   p.vec = s.head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache) &&
           aligned16(out);
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   if (s.head_dim <= 128) {
     launch<128>(s, p, stream);
   } else {
