@@ -34,6 +34,17 @@ class Communicator {
   // Blocking point-to-point, matched by (peer, tag).
   virtual void send(const void* data, size_t bytes, int dst, int tag) = 0;
   virtual void recv(void* data, size_t bytes, int src, int tag) = 0;
+  // Fire-and-forget send: takes a copy of data[0..bytes) and returns at once, without waiting for
+  // `dst` to receive it; the transfer finishes in the background under the usual deadline (later
+  // calls on this communicator reap it). recv matches it like a send, in the order posted. This is
+  // how rank 0 hands out step plans and a stage passes activations on without stalling behind a
+  // peer that is still busy with the previous micro-batch.
+  virtual void post(const void* data, size_t bytes, int dst, int tag) { send(data, bytes, dst, tag); }
+  // Returns once every posted message has been delivered (before shutdown).
+  virtual void flush() {}
+  // The idle wait for work as a receive: the first piece may take any time (no deadline); dead
+  // peers are still detected.
+  virtual void recv_wait(void* data, size_t bytes, int src, int tag) { recv(data, bytes, src, tag); }
   virtual void barrier() = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "parallel/group_abort.h"
 #include "parallel/mpi_call.h"
 
 namespace ltm::parallel {
@@ -27,8 +28,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, WatchdogOption
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (comm_ == MPI_COMM_NULL || comm_ == MPI_COMM_WORLD || comm_ == MPI_COMM_SELF) return;
-  if (mpi_finalized()) return;
+  if (comm_ == MPI_COMM_NULL || mpi_finalized()) return;
+  flush();  // MPI may still be reading the posted copies
+  if (comm_ == MPI_COMM_WORLD || comm_ == MPI_COMM_SELF) return;
   auto lock = lock_mpi();
   MPI_Comm_free(&comm_);  // local; an error here is not worth an abort on the way out
 }
@@ -40,6 +42,7 @@ void MpiCommunicator::set_max_chunk_bytes(size_t bytes) {
 
 void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
   if (count == 0 || size_ == 1) return;
+  reap_posted();
   constexpr const char* kOp = "all_reduce_sum";
   const Deadline deadline = watchdog_.deadline();
   const size_t chunk = std::max<size_t>(1, max_chunk_bytes_ / sizeof(float));
@@ -54,6 +57,7 @@ void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
 
 void MpiCommunicator::all_gather(const void* send, void* recv, size_t bytes_per_rank) {
   if (bytes_per_rank == 0) return;
+  reap_posted();
   constexpr const char* kOp = "all_gather";
   char* out = static_cast<char*>(recv);
   const bool in_place = send == out + static_cast<size_t>(rank_) * bytes_per_rank;
@@ -102,6 +106,7 @@ void MpiCommunicator::broadcast_impl(void* data, size_t bytes, int root, Deadlin
   LTM_ASSERT(root >= 0 && root < size_, "broadcast root ", root, " on group ", name(), " of ",
              size_);
   if (bytes == 0 || size_ == 1) return;
+  reap_posted();
   const std::string op = absl::StrCat(what, "(root=", root, ")");
   char* buffer = static_cast<char*>(data);
   Deadline deadline = first_piece;
@@ -115,10 +120,15 @@ void MpiCommunicator::broadcast_impl(void* data, size_t bytes, int root, Deadlin
   }
 }
 
-void MpiCommunicator::send(const void* data, size_t bytes, int dst, int tag) {
-  LTM_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "send to rank ", dst, " from rank ", rank_,
-             " on group ", name(), " of ", size_);
+void MpiCommunicator::check_peer(int peer, int tag, const char* what) const {
+  LTM_ASSERT(peer >= 0 && peer < size_ && peer != rank_, what, " with rank ", peer, " from rank ",
+             rank_, " on group ", name(), " of ", size_);
   LTM_ASSERT(tag >= 0 && tag <= 32767, "tag ", tag, " outside [0, 32767] (MPI_TAG_UB minimum)");
+}
+
+void MpiCommunicator::send(const void* data, size_t bytes, int dst, int tag) {
+  check_peer(dst, tag, "send");
+  reap_posted();
   const std::string op = absl::StrCat("send(dst=", dst, ",tag=", tag, ")");
   const char* buffer = static_cast<const char*>(data);
   const Deadline deadline = watchdog_.deadline();
@@ -132,13 +142,66 @@ void MpiCommunicator::send(const void* data, size_t bytes, int dst, int tag) {
   } while (offset < bytes);
 }
 
+void MpiCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
+  check_peer(dst, tag, "post");
+  reap_posted();
+  Posted p;
+  p.op = absl::StrCat("post(dst=", dst, ",tag=", tag, ")");
+  p.deadline = watchdog_.deadline();
+  p.data.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  size_t offset = 0;
+  do {
+    const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
+    MPI_Request request;
+    LTM_MPI(MPI_Isend(p.data.data() + offset, n, MPI_BYTE, dst, tag, comm_, &request), p.op,
+            name());
+    p.requests.push_back(request);
+    offset += n;
+  } while (offset < bytes);
+  posted_.push_back(std::move(p));  // moving the vector keeps its heap buffer where MPI has it
+}
+
+void MpiCommunicator::reap_posted() {
+  if (posted_.empty()) return;
+  const Deadline::Clock::time_point now = Deadline::Clock::now();
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    int done = 0;
+    LTM_MPI(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &done,
+                        MPI_STATUSES_IGNORE),
+            it->op, name());
+    if (done) {
+      it = posted_.erase(it);
+      continue;
+    }
+    if (it->deadline.expired(now))
+      abort_group(kExitCollectiveTimeout,
+                  watchdog_.timeout_message(it->op, it->data.size(), it->deadline.seconds()));
+    ++it;
+  }
+}
+
+void MpiCommunicator::flush() {
+  for (Posted& p : posted_)
+    for (MPI_Request& request : p.requests)
+      if (request != MPI_REQUEST_NULL) watchdog_.wait(&request, p.op, p.data.size(), p.deadline);
+  posted_.clear();
+}
+
 void MpiCommunicator::recv(void* data, size_t bytes, int src, int tag) {
-  LTM_ASSERT(src >= 0 && src < size_ && src != rank_, "recv from rank ", src, " on rank ", rank_,
-             " on group ", name(), " of ", size_);
-  LTM_ASSERT(tag >= 0 && tag <= 32767, "tag ", tag, " outside [0, 32767] (MPI_TAG_UB minimum)");
-  const std::string op = absl::StrCat("recv(src=", src, ",tag=", tag, ")");
+  recv_impl(data, bytes, src, tag, watchdog_.deadline(), "recv");
+}
+
+void MpiCommunicator::recv_wait(void* data, size_t bytes, int src, int tag) {
+  recv_impl(data, bytes, src, tag, Deadline::never(), "recv_wait");
+}
+
+void MpiCommunicator::recv_impl(void* data, size_t bytes, int src, int tag, Deadline first_piece,
+                                const char* what) {
+  check_peer(src, tag, what);
+  reap_posted();
+  const std::string op = absl::StrCat(what, "(src=", src, ",tag=", tag, ")");
   char* buffer = static_cast<char*>(data);
-  const Deadline deadline = watchdog_.deadline();
+  Deadline deadline = first_piece;
   size_t offset = 0;
   do {
     const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
@@ -152,11 +215,13 @@ void MpiCommunicator::recv(void* data, size_t bytes, int src, int tag) {
                " bytes where the receiver expects ", n, " (piece at offset ", offset, " of ", bytes,
                ")");
     offset += n;
+    if (deadline.is_never()) deadline = watchdog_.deadline();  // the sender is sending now
   } while (offset < bytes);
 }
 
 void MpiCommunicator::barrier() {
   if (size_ == 1) return;
+  reap_posted();
   MPI_Request request;
   LTM_MPI(MPI_Ibarrier(comm_, &request), "barrier", name());
   watchdog_.wait(&request, "barrier", 0, watchdog_.deadline());

@@ -24,7 +24,9 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <deque>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/watchdog.h"
@@ -50,6 +52,13 @@ class MpiCommunicator final : public Communicator {
   void send(const void* data, size_t bytes, int dst, int tag) override;
   void recv(void* data, size_t bytes, int src, int tag) override;
   void barrier() override;
+  // post(): MPI_Isend from a private copy; each later operation on this communicator reaps the
+  // posted sends that completed and aborts the group (watchdog message) if one is past its
+  // deadline. flush() waits for all of them; the destructor flushes too.
+  void post(const void* data, size_t bytes, int dst, int tag) override;
+  void flush() override;
+  void recv_wait(void* data, size_t bytes, int src, int tag) override;
+  size_t posted_in_flight() const { return posted_.size(); }  // for tests
 
   // The idle wait for work: broadcast, but a non-root rank waits for the first piece with no
   // deadline (or `first_piece`), since rank 0 may sit idle for hours before its next step plan.
@@ -70,6 +79,18 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void broadcast_impl(void* data, size_t bytes, int root, Deadline first_piece, const char* op);
+  void recv_impl(void* data, size_t bytes, int src, int tag, Deadline first_piece, const char* what);
+  void check_peer(int peer, int tag, const char* what) const;
+  // Reaps the posted sends that completed; aborts the group if one is past its deadline.
+  void reap_posted();
+
+  struct Posted {
+    std::vector<char> data;
+    std::vector<MPI_Request> requests;  // one per piece
+    std::string op;
+    Deadline deadline = Deadline::never();
+  };
+  std::deque<Posted> posted_;
 
   MPI_Comm comm_;
   int rank_ = 0;

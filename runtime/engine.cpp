@@ -13,6 +13,8 @@ constexpr int kTagHidden = 101;
 constexpr int kTagSamples = 102;
 constexpr int kTagLogits = 103;
 constexpr int kTagCandidates = 104;
+constexpr int kTagPlanSize = 105;
+constexpr int kTagPlan = 106;
 
 class CommTimer {
  public:
@@ -41,12 +43,17 @@ Engine::Engine(Model& model, Backend& backend, KvCache& cache, Comms comms)
   last_stage_root_ = (s.pp - 1) * s.tp;
 }
 
-void Engine::broadcast_plan(const StepPlan& plan) {
+// Rank 0 posts the plan to every other rank and goes on at once: a rank still busy with the
+// previous micro-batch picks it up when it gets there (a broadcast would hold rank 0 until then,
+// and the pipeline would run one stage at a time).
+void Engine::post_plan(const StepPlan& plan) {
   if (comms_.world.size() == 1) return;
   std::string bytes = encode_plan(plan);
-  int64_t n = static_cast<int64_t>(bytes.size());
-  comms_.world.broadcast(&n, sizeof(n), 0);
-  comms_.world.broadcast(bytes.data(), bytes.size(), 0);
+  const int64_t n = static_cast<int64_t>(bytes.size());
+  for (int r = 1; r < comms_.world.size(); ++r) {
+    comms_.world.post(&n, sizeof(n), r, kTagPlanSize);
+    comms_.world.post(bytes.data(), bytes.size(), r, kTagPlan);
+  }
 }
 
 StepOutput Engine::step(const StepPlan& plan) {
@@ -56,7 +63,7 @@ StepOutput Engine::step(const StepPlan& plan) {
 
 void Engine::submit(const StepPlan& plan) {
   LTM_ASSERT(comms_.world.rank() == 0, "submit() is rank 0's");
-  broadcast_plan(plan);
+  post_plan(plan);
   StepOutput out = execute(plan);
   if (last_stage_root_ == 0) {
     ready_.push_back(std::move(out));  // rank 0 is on the last stage: the samples are here
@@ -92,7 +99,9 @@ void Engine::shutdown() {
   if (comms_.world.size() == 1) return;
   StepPlan plan;
   plan.kind = PlanKind::kShutdown;
-  broadcast_plan(plan);
+  post_plan(plan);
+  comms_.world.flush();
+  comms_.pp.flush();
 }
 
 void Engine::follow() {
@@ -101,12 +110,16 @@ void Engine::follow() {
   // still detected (parallel/watchdog.h, "Waiting for work").
   for (;;) {
     int64_t n = 0;
-    comms_.world.broadcast_wait(&n, sizeof(n), 0);
+    comms_.world.recv_wait(&n, sizeof(n), 0, kTagPlanSize);
     std::string bytes(static_cast<size_t>(n), '\0');
-    comms_.world.broadcast(bytes.data(), bytes.size(), 0);
+    comms_.world.recv(bytes.data(), bytes.size(), 0, kTagPlan);
     absl::StatusOr<StepPlan> plan = decode_plan(bytes);
     LTM_ASSERT(plan.ok(), plan.status().ToString());
-    if (plan->kind == PlanKind::kShutdown) return;
+    if (plan->kind == PlanKind::kShutdown) {
+      comms_.world.flush();
+      comms_.pp.flush();
+      return;
+    }
     execute(*plan);
   }
 }
@@ -128,7 +141,7 @@ StepOutput Engine::execute(const StepPlan& plan) {
   if (!s.is_last_stage()) {
     backend_.synchronize();
     CommTimer t(&comm_seconds_);
-    comms_.pp.send(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
+    comms_.pp.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
   }
 
   StepOutput out;
@@ -139,9 +152,9 @@ StepOutput Engine::execute(const StepPlan& plan) {
     out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr);
     if (s.tp_rank == 0 && world_rank != 0) {
       CommTimer t(&comm_seconds_);
-      comms_.world.send(out.samples.data(), m * sizeof(SampleResult), 0, kTagSamples);
+      comms_.world.post(out.samples.data(), m * sizeof(SampleResult), 0, kTagSamples);
       if (plan.want_logits)
-        comms_.world.send(full.data(), full.size() * sizeof(float), 0, kTagLogits);
+        comms_.world.post(full.data(), full.size() * sizeof(float), 0, kTagLogits);
     }
     out.logits = std::move(full);
   }

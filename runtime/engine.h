@@ -1,6 +1,6 @@
 // Engine: runs one forward step on every rank of the group, as rank 0 plans it.
 //
-// Rank 0 calls step(plan): the plan is broadcast to all ranks; each pipeline stage runs its
+// Rank 0 calls step(plan): the plan is posted to all ranks (without waiting for them); each pipeline stage runs its
 // layers (receiving activations from the previous stage, sending to the next); the last stage
 // computes its vocab slice of the logits, the TP ranks of the last stage combine what sampling
 // needs, and the sampled ids travel back to rank 0. Every other rank sits in follow(), executing
@@ -55,7 +55,7 @@ class Engine {
 
  private:
   StepOutput execute(const StepPlan& plan);
-  void broadcast_plan(const StepPlan& plan);
+  void post_plan(const StepPlan& plan);
   std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits);
   void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
 

@@ -1,6 +1,7 @@
 // MpiCommunicator on 4 ranks as tp 2 x pp 2: every operation on the world, tp and pp groups,
-// small and large buffers (> 1M floats), the chunked paths (pieces forced small), and the idle
-// wait outlasting the collective timeout.
+// small and large buffers (> 1M floats), the chunked paths (pieces forced small), the idle
+// wait outlasting the collective timeout, and post/flush/recv_wait (fire-and-forget sends that
+// do not wait for the receiver, copy their data, keep their order, and split into pieces).
 // Run: mpirun -n 4 --oversubscribe mpi_communicator_mpi_test
 //
 // A failed check on one rank leaves the others waiting in the next collective; the watchdog
@@ -9,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -260,6 +263,182 @@ TEST(MpiCommunicator, IdleWaitOutlastsTheCollectiveTimeout) {
   EXPECT_EQ(big, pattern(0, 100000));
   world.barrier();
   world.set_timeout(kTestTimeoutSeconds);
+}
+
+// post() must not wait for the receiver: rank 0 posts while rank 1 is still asleep, then reuses
+// its buffer at once (post took a copy); rank 1 then receives every message with recv, in order.
+TEST(MpiCommunicator, PostReturnsWithoutWaitingForTheReceiver) {
+  MpiCommunicator& world = g_world->world();
+  constexpr int kTag = 21;
+  constexpr int kSleepMs = 300;
+  // A few bytes, ~100 KB, a few MB (past any eager limit: it cannot be delivered before rank 1
+  // posts its recv, so a post that waited for delivery would take the whole 300 ms), nothing.
+  const std::vector<size_t> sizes = {5, 100003, (size_t{3} << 20) + 1, 0, 17};
+  std::vector<std::vector<uint8_t>> messages;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    messages.push_back(pattern(50 + static_cast<int>(i), sizes[i]));
+  }
+  world.barrier();
+  if (world.rank() == 0) {
+    std::vector<uint8_t> buffer(*std::max_element(sizes.begin(), sizes.end()));
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::copy(messages[i].begin(), messages[i].end(), buffer.begin());
+      world.post(buffer.data(), sizes[i], 1, kTag);
+      std::fill(buffer.begin(), buffer.end(), 0xEE);  // the receiver must never see this
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank 0: %zu posts returned in %.2f ms (receiver asleep for %d ms)\n",
+                sizes.size(), ms, kSleepMs);
+    EXPECT_LT(ms, 150) << "post waited for the receiver";
+    EXPECT_GE(world.posted_in_flight(), 1u);  // at least the last post is not reaped yet
+    world.flush();
+    EXPECT_EQ(world.posted_in_flight(), 0u);
+  } else if (world.rank() == 1) {
+    usleep(kSleepMs * 1000);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> got(sizes[i], 0xAB);
+      world.recv(got.data(), got.size(), 0, kTag);
+      EXPECT_EQ(got, messages[i]) << "message " << i << " of " << sizes[i] << " bytes";
+    }
+  }
+  world.barrier();
+}
+
+// Posted messages cut into many pieces (small max_chunk_bytes on both sides) arrive intact. Both
+// stages post before either receives: with blocking sends of this size that would deadlock.
+TEST(MpiCommunicator, PostChunkedPiecesArriveIntact) {
+  MpiCommunicator& pp = g_world->pp();
+  constexpr size_t kPiece = 4096 + 3;
+  constexpr int kTag = 22;
+  const int peer = 1 - pp.rank();
+  const int peer_world = members(pp)[peer];
+  ChunkGuard guard(pp, kPiece);
+  // Many pieces with a ragged last one; exactly one piece; one piece and one byte; nothing.
+  const std::vector<size_t> sizes = {300001, kPiece, kPiece + 1, 0, 2 * kPiece};
+  std::vector<uint8_t> buffer(300001);
+  auto message = [&](int world_rank, size_t i) {
+    return pattern(60 + 8 * world_rank + static_cast<int>(i), sizes[i]);
+  };
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::vector<uint8_t> mine = message(g_world->rank(), i);
+    std::copy(mine.begin(), mine.end(), buffer.begin());
+    pp.post(buffer.data(), sizes[i], peer, kTag);
+    std::fill(buffer.begin(), buffer.end(), 0xEE);
+  }
+  if (pp.rank() == 1) usleep(100'000);  // stage 0's pieces wait in flight meanwhile
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<uint8_t> got(sizes[i], 0xAB);
+    pp.recv(got.data(), got.size(), peer, kTag);
+    EXPECT_EQ(got, message(peer_world, i))
+        << "message " << i << " of " << sizes[i] << " bytes from world rank " << peer_world;
+  }
+  pp.flush();
+  EXPECT_EQ(pp.posted_in_flight(), 0u);
+  g_world->world().barrier();
+}
+
+// recv_wait: the receiver may wait for the first piece far longer than the collective timeout
+// (a recv would abort the group after 0.5 s here); the later pieces run under the timeout.
+TEST(MpiCommunicator, RecvWaitOutlastsTheCollectiveTimeout) {
+  MpiCommunicator& pp = g_world->pp();
+  constexpr int kTag = 23;
+  pp.set_timeout(0.5);
+  int plan[8] = {};
+  if (pp.rank() == 0) {
+    usleep(1'500'000);  // idle for three timeouts: stage 1 must keep waiting
+    for (int i = 0; i < 8; ++i) plan[i] = 40 + i + 100 * g_layout.tp_rank();
+    pp.post(plan, sizeof(plan), 1, kTag);
+    std::fill(plan, plan + 8, -1);
+    pp.flush();
+  } else {
+    pp.recv_wait(plan, sizeof(plan), 0, kTag);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(plan[i], 40 + i + 100 * g_layout.tp_rank());
+  }
+  // A large message in many pieces, posted after more than the timeout.
+  {
+    ChunkGuard guard(pp, 4096);
+    const std::vector<uint8_t> expected = pattern(70 + g_layout.tp_rank(), 100000);
+    std::vector<uint8_t> big(expected.size(), 0xAB);
+    if (pp.rank() == 0) {
+      usleep(700'000);
+      pp.post(expected.data(), expected.size(), 1, kTag);
+      pp.flush();
+      EXPECT_EQ(pp.posted_in_flight(), 0u);
+    } else {
+      pp.recv_wait(big.data(), big.size(), 0, kTag);
+      EXPECT_EQ(big, expected);
+    }
+  }
+  pp.barrier();
+  pp.set_timeout(kTestTimeoutSeconds);
+  g_world->world().barrier();
+}
+
+// Many posts with one tag to one peer arrive in the order posted, small (eager) and large
+// (rendezvous) mixed, and a blocking send after them on the same tag arrives last.
+TEST(MpiCommunicator, PostsKeepTheirOrder) {
+  MpiCommunicator& pp = g_world->pp();
+  constexpr int kTag = 24;
+  const int base = 100 * g_layout.tp_rank();  // the two stage pairs send different data
+  // Round 1: 100 messages of one size, so a message out of place shows as wrong contents.
+  constexpr int kSame = 100;
+  constexpr size_t kSameBytes = 1000;
+  auto same_message = [&](int i) {
+    std::vector<uint8_t> m = pattern(i, kSameBytes);
+    std::memcpy(m.data(), &i, sizeof(i));
+    std::memcpy(m.data() + sizeof(i), &base, sizeof(base));
+    return m;
+  };
+  // Round 2: sizes from nothing to 256 KB in an order that puts small after large and back.
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 40; ++i) {
+    if (i % 5 == 0) {
+      sizes.push_back((size_t{256} << 10) + i);
+    } else {
+      sizes.push_back(i % 7 == 0 ? 0 : static_cast<size_t>(13 * i % 300 + 1));
+    }
+  }
+  auto mixed_message = [&](size_t i) { return pattern(static_cast<int>(i) + 3 * base, sizes[i]); };
+  const std::vector<uint8_t> last = pattern(200 + base, 777);
+  if (pp.rank() == 0) {
+    std::vector<uint8_t> buffer;
+    for (int i = 0; i < kSame; ++i) {
+      buffer = same_message(i);
+      pp.post(buffer.data(), buffer.size(), 1, kTag);
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      buffer = mixed_message(i);
+      pp.post(buffer.data(), buffer.size(), 1, kTag);
+    }
+    pp.send(last.data(), last.size(), 1, kTag);
+    pp.flush();
+    EXPECT_EQ(pp.posted_in_flight(), 0u);
+  } else {
+    usleep(100'000);  // let the posts queue up
+    int out_of_place = 0;
+    for (int i = 0; i < kSame; ++i) {
+      std::vector<uint8_t> got(kSameBytes, 0xAB);
+      pp.recv(got.data(), got.size(), 0, kTag);
+      if (got != same_message(i)) {
+        int index = -1;
+        std::memcpy(&index, got.data(), sizeof(index));
+        ADD_FAILURE() << "message " << i << " arrived as message " << index;
+        ++out_of_place;
+      }
+    }
+    EXPECT_EQ(out_of_place, 0);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> got(sizes[i], 0xAB);
+      pp.recv(got.data(), got.size(), 0, kTag);
+      EXPECT_EQ(got, mixed_message(i)) << "mixed message " << i << " of " << sizes[i] << " bytes";
+    }
+    std::vector<uint8_t> got(last.size(), 0xAB);
+    pp.recv(got.data(), got.size(), 0, kTag);
+    EXPECT_EQ(got, last) << "the blocking send after the posts";
+  }
+  g_world->world().barrier();
 }
 
 TEST(MpiCommunicator, BarrierOnEveryGroup) {
