@@ -85,6 +85,12 @@ class Backend {
   // Weights read from the host. When `host_outlives` and the backend computes in host memory,
   // the buffer may alias `host` (no copy); otherwise it is copied.
   virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;
+  // A weight matrix W [k, n] (row-major, as in the checkpoint) in the layout matmul() reads. The
+  // CPU backend packs it into column panels (kernels/cpu/packed_gemm.h) once, here; the default
+  // keeps [k, n] (cuBLAS reads it as is).
+  virtual DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) {
+    return upload(host, static_cast<size_t>(k * n) * sizeof(float), host_outlives);
+  }
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
@@ -96,6 +102,11 @@ class Backend {
   // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).
   virtual void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
                     bool b_transposed, float beta) = 0;
+  // C[m, n] = A[m, k] @ W + beta * C for a weight W from upload_weight(w, k, n).
+  virtual void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
+                      int64_t k, float beta) {
+    gemm(a, w.f32(), c, m, n, k, false, beta);
+  }
   // x[r, :] += bias[:] for every row.
   virtual void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) = 0;
   // x[i] += y[i].

@@ -14,6 +14,7 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_norm.h"
+#include "kernels/cpu/packed_gemm.h"
 
 namespace ltm {
 
@@ -48,6 +49,19 @@ DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outliv
   DeviceBuffer buf = alloc(bytes);
   if (bytes) std::memcpy(buf.data(), host, bytes);
   return buf;
+}
+
+DeviceBuffer CpuBackend::upload_weight(const float* host, int64_t k, int64_t n, bool) {
+  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(k, n) * sizeof(float));
+  kernels::cpu::pack_weight(host, k, n, buf.f32());
+  return buf;
+}
+
+void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
+                        int64_t k, float beta) {
+  LTM_ASSERT(w.bytes() >= kernels::cpu::packed_floats(k, n) * sizeof(float),
+             "matmul: weight buffer of ", w.bytes(), " bytes is not a packed [", k, ", ", n, "]");
+  kernels::cpu::packed_gemm(a, w.f32(), c, m, n, k, beta);
 }
 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) {

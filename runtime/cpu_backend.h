@@ -20,6 +20,9 @@ class CpuBackend final : public Backend {
   DeviceBuffer alloc(size_t bytes) override;
   DeviceBuffer alloc_zeroed(size_t bytes) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
+  DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) override;
+  void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
+              float beta) override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;

@@ -47,13 +47,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
 // tensor (`whole`) is used in place when the source and backend allow it.
 DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
                                 const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                                bool whole) {
+                                bool whole, bool matrix) {
   const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(float);
   weight_bytes_ += bytes;
   if (whole) {
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
                parts[0].row_end == rows && parts[0].col_end == cols);
-    if (const float* p = source.f32_in_place(name)) return backend_.upload(p, bytes, true);
+    if (const float* p = source.f32_in_place(name))
+      return matrix ? backend_.upload_weight(p, rows, cols, true) : backend_.upload(p, bytes, true);
   }
   std::vector<float> host(static_cast<size_t>(rows * cols), 0.0f);
   int64_t col0 = 0;
@@ -70,7 +71,8 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
     }
     col0 += pc;
   }
-  return backend_.upload(host.data(), bytes, false);
+  return matrix ? backend_.upload_weight(host.data(), rows, cols, false)
+                : backend_.upload(host.data(), bytes, false);
 }
 
 absl::Status Model::load_weights(const WeightSource& source) {
@@ -111,10 +113,12 @@ absl::Status Model::load_weights(const WeightSource& source) {
     w.ln_1_g = vec(p + "ln_1.weight", d);
     w.ln_1_b = vec(p + "ln_1.bias", d);
     if (shard_.tp == 1) {
-      w.attn_qkv_w = load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true);
+      w.attn_qkv_w =
+          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, true);
       w.attn_qkv_b = vec(p + "attn.c_attn.bias", 3 * d);
     } else {
-      w.attn_qkv_w = load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false);
+      w.attn_qkv_w =
+          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, true);
       // A 1-D tensor's parts are row ranges; side by side they form one row of 3 * dl.
       std::vector<float> b(3 * dl);
       int64_t off = 0;
@@ -125,16 +129,17 @@ absl::Status Model::load_weights(const WeightSource& source) {
       weight_bytes_ += b.size() * sizeof(float);
       w.attn_qkv_b = backend_.upload(b.data(), b.size() * sizeof(float), false);
     }
-    w.attn_proj_w = load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole);
+    w.attn_proj_w =
+        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, true);
     w.attn_proj_b = vec(p + "attn.c_proj.bias", d);
     w.ln_2_g = vec(p + "ln_2.weight", d);
     w.ln_2_b = vec(p + "ln_2.bias", d);
     w.mlp_fc_w = load_tensor(source, p + "mlp.c_fc.weight", {{0, d, ffn_.begin, ffn_.end}}, d,
-                             d_ff_local_, whole);
+                             d_ff_local_, whole, true);
     w.mlp_fc_b = load_tensor(source, p + "mlp.c_fc.bias", {{ffn_.begin, ffn_.end, 0, 1}},
                              d_ff_local_, 1, whole);
     w.mlp_proj_w = load_tensor(source, p + "mlp.c_proj.weight", {{ffn_.begin, ffn_.end, 0, d}},
-                               d_ff_local_, d, whole);
+                               d_ff_local_, d, whole, true);
     w.mlp_proj_b = vec(p + "mlp.c_proj.bias", d);
     layer_.push_back(std::move(w));
   }
@@ -230,30 +235,30 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
     const LayerWeights& w = layer_[l];
     // O = X + Attn(LN1(X))
     b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
-    b.gemm(ln, w.attn_qkv_w.f32(), qkv, n, 3 * dl, d, false, 0.0f);  // column-parallel
+    b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
     b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
     b.kv_cache_write(attn_args_, qkv, cache.k(l), cache.v(l));
     b.paged_attention(attn_args_, qkv, cache.k(l), cache.v(l), attn);
     if (tp) {
-      b.gemm(attn, w.attn_proj_w.f32(), proj, n, d, dl, false, 0.0f);  // row-parallel
+      b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
       all_reduce(proj, n * d);
       b.add_bias(proj, w.attn_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
     } else {
-      b.gemm(attn, w.attn_proj_w.f32(), hidden, n, d, dl, false, 1.0f);  // residual in the GEMM
+      b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
       b.add_bias(hidden, w.attn_proj_b.f32(), n, d);
     }
     // H = O + FFN(LN2(O))
     b.layer_norm(hidden, w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
-    b.gemm(ln, w.mlp_fc_w.f32(), ff, n, dff, d, false, 0.0f);  // column-parallel
+    b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
     b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
     if (tp) {
-      b.gemm(ff, w.mlp_proj_w.f32(), proj, n, d, dff, false, 0.0f);  // row-parallel
+      b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
       all_reduce(proj, n * d);
       b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
     } else {
-      b.gemm(ff, w.mlp_proj_w.f32(), hidden, n, d, dff, false, 1.0f);
+      b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }

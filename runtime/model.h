@@ -99,7 +99,7 @@ class Model {
   absl::Status load_weights(const WeightSource& source);
   DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
                            const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                           bool whole);
+                           bool whole, bool matrix = false);
   void upload_step(const StepInput& step);
   void ensure_workspace(int64_t n_tokens);
   void all_reduce(float* data, int64_t count);

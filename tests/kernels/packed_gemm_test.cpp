@@ -1,0 +1,115 @@
+// packed_gemm (weights packed into 64-column panels) against OpenBLAS sgemm on the row-major
+// matrix, and the CPU backend's upload_weight + matmul on the same inputs.
+#include "kernels/cpu/packed_gemm.h"
+
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "runtime/backend.h"
+
+namespace ltm::kernels::cpu {
+namespace {
+
+struct Inputs {
+  std::vector<float> a, w, c0;
+};
+
+Inputs random_inputs(int64_t m, int64_t n, int64_t k) {
+  std::mt19937 rng(static_cast<unsigned>(m * 7919 + n * 31 + k));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Inputs in{std::vector<float>(m * k), std::vector<float>(k * n), std::vector<float>(m * n)};
+  for (auto* v : {&in.a, &in.w, &in.c0})
+    for (float& x : *v) x = u(rng);
+  return in;
+}
+
+std::vector<float> reference(const Inputs& in, int64_t m, int64_t n, int64_t k, float beta) {
+  std::vector<float> ref = in.c0;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, in.a.data(), k,
+              in.w.data(), n, beta, ref.data(), n);
+  return ref;
+}
+
+void expect_close(const std::vector<float>& out, const std::vector<float>& ref, int64_t m,
+                  int64_t n, int64_t k, float beta) {
+  double max_diff = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(out[i] - ref[i])));
+  // Sums of k products of numbers in [-1, 1]: rounding grows like sqrt(k).
+  const double tol = 1e-5 * (std::sqrt(static_cast<double>(k)) + 1.0);
+  EXPECT_LT(max_diff, tol) << "m=" << m << " n=" << n << " k=" << k << " beta=" << beta;
+}
+
+void check(int64_t m, int64_t n, int64_t k, float beta) {
+  const Inputs in = random_inputs(m, n, k);
+  std::vector<float> packed(packed_floats(k, n), std::nanf(""));
+  pack_weight(in.w.data(), k, n, packed.data());
+  std::vector<float> out = in.c0;
+  if (beta == 0.0f) std::fill(out.begin(), out.end(), std::nanf(""));  // must not be read
+  packed_gemm(in.a.data(), packed.data(), out.data(), m, n, k, beta);
+  expect_close(out, reference(in, m, n, k, beta), m, n, k, beta);
+}
+
+TEST(PackedGemm, PackingLayout) {
+  const int64_t k = 3, n = 70;  // two panels, the second with 6 real columns
+  std::vector<float> w(k * n);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);
+  std::vector<float> packed(packed_floats(k, n), -1.0f);
+  ASSERT_EQ(packed.size(), static_cast<size_t>(2 * k * kPanelWidth));
+  pack_weight(w.data(), k, n, packed.data());
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t panel = j / kPanelWidth, col = j % kPanelWidth;
+      EXPECT_EQ(packed[(panel * k + p) * kPanelWidth + col], w[p * n + j]) << p << "," << j;
+    }
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t col = n - kPanelWidth; col < kPanelWidth; ++col)
+      EXPECT_EQ(packed[(k + p) * kPanelWidth + col], 0.0f) << "padding " << p << "," << col;
+}
+
+TEST(PackedGemm, Gpt2ShapesEveryBatchSize) {
+  for (int64_t m : {1, 2, 5, 6, 7, 13, 32, 64, 100})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}})
+      for (float beta : {0.0f, 1.0f}) check(m, n, k, beta);
+}
+
+TEST(PackedGemm, RaggedShapes) {
+  // n not a multiple of the panel (or of 16), k shorter and longer than the 128-row chunk.
+  for (int64_t m : {1, 3, 9})
+    for (int64_t n : {1, 15, 17, 63, 65, 130})
+      for (int64_t k : {1, 7, 128, 129, 300})
+        for (float beta : {0.0f, 1.0f, 0.5f}) check(m, n, k, beta);
+}
+
+TEST(PackedGemm, LongPrefill) { check(512, 576, 384, 0.0f); }
+
+TEST(PackedGemm, OneAndTwoThreads) {
+  const int saved = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    check(32, 2304, 768, 0.0f);
+    check(3, 200, 64, 1.0f);
+  }
+  set_blas_threads(saved);
+}
+
+TEST(PackedGemm, CpuBackendUploadWeightAndMatmul) {
+  auto backend = make_cpu_backend(2);
+  const int64_t m = 11, n = 200, k = 96;
+  const Inputs in = random_inputs(m, n, k);
+  for (bool host_outlives : {false, true}) {
+    DeviceBuffer w = backend->upload_weight(in.w.data(), k, n, host_outlives);
+    std::vector<float> out = in.c0;
+    backend->matmul(in.a.data(), w, out.data(), m, n, k, 1.0f);
+    expect_close(out, reference(in, m, n, k, 1.0f), m, n, k, 1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace ltm::kernels::cpu
