@@ -11,6 +11,13 @@
 
 #include "kernels/cpu/fast_math.h"
 
+#ifdef __AVX512F__
+// GCC 12 false positive inside _mm512_reduce_add_ps (_mm256_undefined_pd, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
 namespace ltm::kernels::cpu {
 
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
@@ -34,6 +41,20 @@ namespace {
 
 // q . k over n floats: 16 independent lanes (one AVX-512 register), summed once at the end.
 inline float dot(const float* __restrict a, const float* __restrict b, int n) {
+#ifdef __AVX512F__
+  // The lane sum as a shuffle tree (_mm512_reduce_add_ps): the portable loop below ends in 16
+  // dependent scalar adds, which made decode attention a tenth of a batch-32 step.
+  __m512 acc = _mm512_setzero_ps();
+  int c = 0;
+  for (; c + 16 <= n; c += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
+  if (c < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - c)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a + c), _mm512_maskz_loadu_ps(tail, b + c),
+                          acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
   float lane[16] = {};
   int c = 0;
   for (; c + 16 <= n; c += 16)
@@ -42,6 +63,7 @@ inline float dot(const float* __restrict a, const float* __restrict b, int n) {
   for (int j = 0; j < 16; ++j) sum += lane[j];
   for (; c < n; ++c) sum += a[c] * b[c];
   return sum;
+#endif
 }
 
 constexpr int kQueryTile = 4;  // query rows computed together: each key row is loaded once per tile
