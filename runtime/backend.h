@@ -91,6 +91,13 @@ class Backend {
   virtual DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) {
     return upload(host, static_cast<size_t>(k * n) * sizeof(float), host_outlives);
   }
+  // The tied embedding E [rows, d] (this rank's vocab rows) in the layout embed() and lm_head()
+  // read. The CPU backend packs E^T into column panels (one copy serves both); the default keeps
+  // [rows, d].
+  virtual DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
+                                        bool host_outlives) {
+    return upload(host, static_cast<size_t>(rows * d) * sizeof(float), host_outlives);
+  }
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
@@ -120,6 +127,16 @@ class Backend {
   // (A vocab-parallel rank holds rows [row_begin, row_end) of the embedding.)
   virtual void embedding(const int32_t* ids, const float* table, int64_t row_begin,
                          int64_t row_end, float* out, int64_t n_tokens, int64_t d) = 0;
+  // embedding() on a table from upload_embedding(table, row_end - row_begin, d).
+  virtual void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
+                     int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+    embedding(ids, table.f32(), row_begin, row_end, out, n_tokens, d);
+  }
+  // logits[m, rows] = x[m, d] @ E^T for a table E from upload_embedding(E, rows, d).
+  virtual void lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,
+                       int64_t rows, int64_t d) {
+    gemm(x, table.f32(), logits, m, rows, d, true, 0.0f);
+  }
   // x[t, :] += table[positions[t], :] (learned) or the sinusoid for positions[t] (table == null).
   virtual void add_position_embedding(float* x, const float* table, const int32_t* positions,
                                       int64_t n_tokens, int64_t d) = 0;

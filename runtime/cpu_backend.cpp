@@ -64,6 +64,28 @@ void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t
   kernels::cpu::packed_gemm(a, w.f32(), c, m, n, k, beta);
 }
 
+DeviceBuffer CpuBackend::upload_embedding(const float* host, int64_t rows, int64_t d, bool) {
+  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(d, rows) * sizeof(float));
+  kernels::cpu::pack_weight_transposed(host, rows, d, buf.f32());
+  return buf;
+}
+
+void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
+                       int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t id = ids[t];
+    if (id >= row_begin && id < row_end)
+      kernels::cpu::packed_column(table.f32(), d, id - row_begin, out + t * d);
+    else
+      std::memset(out + t * d, 0, sizeof(float) * d);
+  }
+}
+
+void CpuBackend::lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,
+                         int64_t rows, int64_t d) {
+  kernels::cpu::packed_gemm(x, table.f32(), logits, m, rows, d, 0.0f);
+}
+
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }

@@ -23,6 +23,12 @@ class CpuBackend final : public Backend {
   DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) override;
   void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
               float beta) override;
+  DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
+                                bool host_outlives) override;
+  void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin, int64_t row_end,
+             float* out, int64_t n_tokens, int64_t d) override;
+  void lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m, int64_t rows,
+               int64_t d) override;
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;

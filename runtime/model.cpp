@@ -47,14 +47,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
 // tensor (`whole`) is used in place when the source and backend allow it.
 DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
                                 const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                                bool whole, bool matrix) {
+                                bool whole, TensorUse use) {
   const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(float);
   weight_bytes_ += bytes;
   if (whole) {
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
                parts[0].row_end == rows && parts[0].col_end == cols);
-    if (const float* p = source.f32_in_place(name))
-      return matrix ? backend_.upload_weight(p, rows, cols, true) : backend_.upload(p, bytes, true);
+    if (const float* p = source.f32_in_place(name)) return upload_tensor(p, rows, cols, use, true);
   }
   std::vector<float> host(static_cast<size_t>(rows * cols), 0.0f);
   int64_t col0 = 0;
@@ -71,13 +70,26 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
     }
     col0 += pc;
   }
-  return matrix ? backend_.upload_weight(host.data(), rows, cols, false)
-                : backend_.upload(host.data(), bytes, false);
+  return upload_tensor(host.data(), rows, cols, use, false);
+}
+
+DeviceBuffer Model::upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
+                                  bool host_outlives) {
+  switch (use) {
+    case TensorUse::kMatrix:
+      return backend_.upload_weight(host, rows, cols, host_outlives);
+    case TensorUse::kEmbedding:
+      return backend_.upload_embedding(host, rows, cols, host_outlives);
+    case TensorUse::kPlain:
+      break;
+  }
+  return backend_.upload(host, static_cast<size_t>(rows * cols) * sizeof(float), host_outlives);
 }
 
 absl::Status Model::load_weights(const WeightSource& source) {
   const int64_t d = d_, dl = d_local_, V = config_.vocab_size;
   const bool whole = shard_.tp == 1;  // a TP rank of one holds every tensor whole
+  constexpr TensorUse kMat = TensorUse::kMatrix;
   auto vec = [&](const std::string& name, int64_t n) {  // a replicated vector
     return load_tensor(source, name, {{0, n, 0, 1}}, n, 1, true);
   };
@@ -98,7 +110,7 @@ absl::Status Model::load_weights(const WeightSource& source) {
     // Vocab rows [begin, end) of the padded vocab; the real rows are those below V.
     const int64_t real = parallel::valid_rows(vocab_, V);
     wte_ = load_tensor(source, "wte.weight", {{vocab_.begin, vocab_.begin + real, 0, d}},
-                       vocab_.size(), d, whole);
+                       vocab_.size(), d, whole, TensorUse::kEmbedding);
   }
   if (shard_.is_first_stage() && config_.position_embedding == PositionEmbedding::kLearned)
     wpe_ = load_tensor(source, "wpe.weight", {{0, config_.n_positions, 0, d}},
@@ -114,11 +126,11 @@ absl::Status Model::load_weights(const WeightSource& source) {
     w.ln_1_b = vec(p + "ln_1.bias", d);
     if (shard_.tp == 1) {
       w.attn_qkv_w =
-          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, true);
+          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, kMat);
       w.attn_qkv_b = vec(p + "attn.c_attn.bias", 3 * d);
     } else {
       w.attn_qkv_w =
-          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, true);
+          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, kMat);
       // A 1-D tensor's parts are row ranges; side by side they form one row of 3 * dl.
       std::vector<float> b(3 * dl);
       int64_t off = 0;
@@ -130,16 +142,16 @@ absl::Status Model::load_weights(const WeightSource& source) {
       w.attn_qkv_b = backend_.upload(b.data(), b.size() * sizeof(float), false);
     }
     w.attn_proj_w =
-        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, true);
+        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, kMat);
     w.attn_proj_b = vec(p + "attn.c_proj.bias", d);
     w.ln_2_g = vec(p + "ln_2.weight", d);
     w.ln_2_b = vec(p + "ln_2.bias", d);
     w.mlp_fc_w = load_tensor(source, p + "mlp.c_fc.weight", {{0, d, ffn_.begin, ffn_.end}}, d,
-                             d_ff_local_, whole, true);
+                             d_ff_local_, whole, kMat);
     w.mlp_fc_b = load_tensor(source, p + "mlp.c_fc.bias", {{ffn_.begin, ffn_.end, 0, 1}},
                              d_ff_local_, 1, whole);
     w.mlp_proj_w = load_tensor(source, p + "mlp.c_proj.weight", {{ffn_.begin, ffn_.end, 0, d}},
-                               d_ff_local_, d, whole, true);
+                               d_ff_local_, d, whole, kMat);
     w.mlp_proj_b = vec(p + "mlp.c_proj.bias", d);
     layer_.push_back(std::move(w));
   }
@@ -220,7 +232,7 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
-    b.embedding(ids, wte_.f32(), vocab_.begin, vocab_.end, hidden, n, d);
+    b.embed(ids, wte_, vocab_.begin, vocab_.end, hidden, n, d);
     all_reduce(hidden, n * d);
     b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
   }
@@ -275,7 +287,7 @@ void Model::compute_logits(const StepInput& step, const float* hidden, float* lo
   backend_.gather_rows(hidden, rows, x, m, d_);
   backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
   // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).
-  backend_.gemm(x, wte_.f32(), logits, m, vocab_.size(), d_, true, 0.0f);
+  backend_.lm_head(x, wte_, logits, m, vocab_.size(), d_);
 }
 
 }  // namespace ltm

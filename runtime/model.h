@@ -96,10 +96,15 @@ class Model {
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
         parallel::Communicator& tp_comm);
+  // How a loaded tensor is handed to the backend: as is, as a matmul weight (upload_weight), or
+  // as the tied embedding (upload_embedding).
+  enum class TensorUse { kPlain, kMatrix, kEmbedding };
   absl::Status load_weights(const WeightSource& source);
   DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
                            const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                           bool whole, bool matrix = false);
+                           bool whole, TensorUse use = TensorUse::kPlain);
+  DeviceBuffer upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
+                             bool host_outlives);
   void upload_step(const StepInput& step);
   void ensure_workspace(int64_t n_tokens);
   void all_reduce(float* data, int64_t count);
@@ -112,7 +117,7 @@ class Model {
   int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
 
-  DeviceBuffer wte_;          // [vocab_local, d]  first and last stage
+  DeviceBuffer wte_;          // [vocab_local, d] (upload_embedding)  first and last stage
   DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only
   DeviceBuffer ln_f_g_, ln_f_b_;  // [d]          last stage
   std::vector<LayerWeights> layer_;  // this stage's layers, in order

@@ -23,6 +23,32 @@ void pack_weight(const float* w, int64_t k, int64_t n, float* packed) {
   }
 }
 
+void pack_weight_transposed(const float* e, int64_t n, int64_t k, float* packed) {
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
+  for (int64_t j = 0; j < panels; ++j) {
+    const int64_t r0 = j * kPanelWidth;
+    const int64_t rows = std::min(kPanelWidth, n - r0);
+    float* panel = packed + static_cast<size_t>(j) * k * kPanelWidth;
+    // Tiles of 64 x 16 so that both the 64 rows of E and the panel stay in L1.
+    for (int64_t p0 = 0; p0 < k; p0 += 16) {
+      const int64_t p1 = std::min(k, p0 + 16);
+      for (int64_t p = p0; p < p1; ++p)
+        std::fill(panel + p * kPanelWidth + rows, panel + (p + 1) * kPanelWidth, 0.0f);
+      for (int64_t c = 0; c < rows; ++c) {
+        const float* src = e + (r0 + c) * k;
+        for (int64_t p = p0; p < p1; ++p) panel[p * kPanelWidth + c] = src[p];
+      }
+    }
+  }
+}
+
+void packed_column(const float* packed, int64_t k, int64_t col, float* out) {
+  const float* panel = packed + static_cast<size_t>(col / kPanelWidth) * k * kPanelWidth;
+  const int64_t c = col % kPanelWidth;
+  for (int64_t p = 0; p < k; ++p) out[p] = panel[p * kPanelWidth + c];
+}
+
 namespace {
 
 #ifdef __AVX512F__

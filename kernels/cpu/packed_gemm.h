@@ -29,6 +29,12 @@ inline size_t packed_floats(int64_t k, int64_t n) {
 // Packs row-major W [k, n] into `packed` (packed_floats(k, n) floats).
 void pack_weight(const float* w, int64_t k, int64_t n, float* packed);
 
+// Packs W = E^T for a row-major E [n, k] (the tied embedding: the LM head multiplies by E^T).
+void pack_weight_transposed(const float* e, int64_t n, int64_t k, float* packed);
+
+// out[0..k) = column `col` of the packed W [k, n] (a row of E for pack_weight_transposed).
+void packed_column(const float* packed, int64_t k, int64_t col, float* out);
+
 // C[m, n] = A[m, k] @ W + beta * C for W packed by pack_weight. beta == 0: C is not read.
 void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
                  float beta);

@@ -111,5 +111,44 @@ TEST(PackedGemm, CpuBackendUploadWeightAndMatmul) {
   }
 }
 
+TEST(PackedGemm, TransposedPackingAndColumns) {
+  // E [n, k] packed as E^T: column c of the packed [k, n] matrix is row c of E.
+  const int64_t n = 130, k = 37;
+  std::vector<float> e(n * k);
+  for (size_t i = 0; i < e.size(); ++i) e[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  std::vector<float> packed(packed_floats(k, n), std::nanf(""));
+  pack_weight_transposed(e.data(), n, k, packed.data());
+  std::vector<float> col(k);
+  for (int64_t c = 0; c < n; ++c) {
+    packed_column(packed.data(), k, c, col.data());
+    for (int64_t p = 0; p < k; ++p) ASSERT_EQ(col[p], e[c * k + p]) << "row " << c << " of E";
+  }
+  for (int64_t p = 0; p < k; ++p)  // padding of the last panel (130 = 2 * 64 + 2)
+    for (int64_t c = n % kPanelWidth; c < kPanelWidth; ++c)
+      ASSERT_EQ(packed[(2 * k + p) * kPanelWidth + c], 0.0f);
+}
+
+TEST(PackedGemm, CpuBackendEmbedAndLmHead) {
+  auto backend = make_cpu_backend(2);
+  const int64_t rows = 200, d = 48, m = 7;  // this rank holds vocab rows [100, 300)
+  const Inputs in = random_inputs(m, rows, d);  // a [m, d], w read as E [rows, d]
+  const std::vector<float>& e = in.w;
+  DeviceBuffer table = backend->upload_embedding(e.data(), rows, d, false);
+  std::vector<float> logits(m * rows, std::nanf("")), ref(m * rows);
+  backend->lm_head(in.a.data(), table, logits.data(), m, rows, d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, rows, d, 1.0f, in.a.data(), d, e.data(),
+              d, 0.0f, ref.data(), rows);
+  expect_close(logits, ref, m, rows, d, 0.0f);
+
+  const std::vector<int32_t> ids = {100, 299, 5, 300, 150};  // 5 and 300 belong to other ranks
+  std::vector<float> out(ids.size() * d, std::nanf(""));
+  backend->embed(ids.data(), table, 100, 300, out.data(), static_cast<int64_t>(ids.size()), d);
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t c = 0; c < d; ++c) {
+      const bool mine = ids[t] >= 100 && ids[t] < 300;
+      ASSERT_EQ(out[t * d + c], mine ? e[(ids[t] - 100) * d + c] : 0.0f) << t << "," << c;
+    }
+}
+
 }  // namespace
 }  // namespace ltm::kernels::cpu

@@ -1,5 +1,7 @@
-// Side-by-side OpenBLAS sgemm vs skinny_gemm, GPT-2-124M decode shapes. Not a ctest; build by hand:
+// Side-by-side OpenBLAS sgemm, skinny_gemm (row-major B) and packed_gemm (B packed into panels,
+// as the CPU backend holds weights), GPT-2-124M shapes. Not a ctest; build by hand:
 //   g++ -O3 -march=native -fopenmp -I. tests/kernels/skinny_gemm_bench.cpp kernels/cpu/skinny_gemm.cpp \
+//     kernels/cpu/packed_gemm.cpp kernels/cpu/gemm.cpp \
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -o /tmp/skb
 //   OMP_NUM_THREADS=2 /tmp/skb [m ...]
@@ -12,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/skinny_gemm.h"
 
 namespace {
@@ -38,12 +41,20 @@ int main(int argc, char** argv) {
     const size_t copies = std::getenv("SKB_WARM") ? 1 : std::max<size_t>(1, (96u << 20) / (sz * 4) + 1);
     std::vector<float> bs(sz * copies);
     for (auto& x : bs) x = u(rng);
+    const size_t psz = ltm::kernels::cpu::packed_floats(s.k, s.n);
+    std::vector<float> ps(psz * copies);
+    for (size_t i = 0; i < copies; ++i) {
+      if (s.t)
+        ltm::kernels::cpu::pack_weight_transposed(bs.data() + i * sz, s.n, s.k, ps.data() + i * psz);
+      else
+        ltm::kernels::cpu::pack_weight(bs.data() + i * sz, s.k, s.n, ps.data() + i * psz);
+    }
     for (int m : ms) {
       std::vector<float> a(static_cast<size_t>(m) * s.k), c(static_cast<size_t>(m) * s.n);
       for (auto& x : a) x = u(rng);
       const double flop = 2.0 * m * s.n * s.k;
       const int reps = std::max(3, static_cast<int>(2e9 / flop / 4));
-      std::vector<double> tb, ts;
+      std::vector<double> tb, ts, tp;
       for (int round = 0; round < 7; ++round) {
         double t0 = now();
         for (int r = 0; r < reps; ++r)
@@ -54,12 +65,18 @@ int main(int argc, char** argv) {
         for (int r = 0; r < reps; ++r)
           ltm::kernels::cpu::skinny_gemm(a.data(), bs.data() + (r % copies) * sz, c.data(), m, s.n, s.k, s.t, 0.0f);
         ts.push_back((now() - t0) / reps);
+        t0 = now();
+        for (int r = 0; r < reps; ++r)
+          ltm::kernels::cpu::packed_gemm(a.data(), ps.data() + (r % copies) * psz, c.data(), m, s.n, s.k, 0.0f);
+        tp.push_back((now() - t0) / reps);
       }
       std::sort(tb.begin(), tb.end());
       std::sort(ts.begin(), ts.end());
+      std::sort(tp.begin(), tp.end());
       const double gb = flop / tb[tb.size() / 2] * 1e-9, gs = flop / ts[ts.size() / 2] * 1e-9;
-      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %7.1f GF/s  skinny %7.1f GF/s  x%.2f\n",
-                  s.name, m, s.n, s.k, gb, gs, gs / gb);
+      const double gp = flop / tp[tp.size() / 2] * 1e-9;
+      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %6.1f  skinny %6.1f  packed %6.1f GF/s\n",
+                  s.name, m, s.n, s.k, gb, gs, gp);
       std::fflush(stdout);
     }
   }
