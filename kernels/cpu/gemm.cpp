@@ -2,8 +2,6 @@
 
 #include <cblas.h>
 
-#include "kernels/cpu/skinny_gemm.h"
-
 namespace ltm::kernels::cpu {
 
 void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
@@ -16,11 +14,6 @@ void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_
   }
   if (m == 1 && b_transposed) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, b, k, a, 1, beta, c, 1);
-    return;
-  }
-  if (skinny_gemm_preferred(m, n, k, b_transposed)) {
-    // Few rows (decode batches): stream B once instead of OpenBLAS re-packing all of it.
-    skinny_gemm(a, b, c, m, n, k, b_transposed, beta);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, m, n, k,

@@ -2,12 +2,13 @@
 // once, at load time, into column panels: ceil(n / 64) panels, each [k, 64] contiguous (row p of
 // a panel holds W[p, 64 j .. 64 j + 63]; columns past n are zero).
 //
-// Why: a row-major W is read 64 columns at a time, each row of the strip a page apart, so every
-// k step of the kernel touches a new page and the hardware prefetcher cannot follow; OpenBLAS
-// instead re-packs W on every call, a third of a decode step at batch 32. A panel is one
-// sequential stream. Measured on this machine's AVX-512 core (1 thread, W colder than L3,
-// GPT-2-124M shapes): 1.3-1.6x the row-major kernel for m = 8..64, at or above OpenBLAS sgemm for
-// every m from 1 to 512 (tests/kernels/skinny_gemm_bench.cpp prints the three side by side).
+// Why: OpenBLAS re-packs W on every call (a third of a decode step at batch 32), and a kernel that
+// reads a row-major W 64 columns at a time touches a new page at every k step, which the hardware
+// prefetcher cannot follow. A panel is one sequential stream. Measured on this machine's AVX-512
+// core (1 thread, W colder than L3, GPT-2-124M shapes, tests/kernels/packed_gemm_bench.cpp):
+// x2.1-3.1 OpenBLAS at m = 1 (bandwidth-bound), x1.4-1.9 at m = 32 (65-79 GF/s), x0.9-1.2 at
+// m = 512 (prefill, 85-105 GF/s). One layout then serves every batch size, so weights are held
+// once.
 //
 // Threading: OpenMP over panels, blas_threads() threads. Without AVX-512 a portable loop over the
 // same layout (the compiler vectorizes it) is used.

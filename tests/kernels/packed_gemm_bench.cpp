@@ -1,6 +1,6 @@
-// Side-by-side OpenBLAS sgemm, skinny_gemm (row-major B) and packed_gemm (B packed into panels,
-// as the CPU backend holds weights), GPT-2-124M shapes. Not a ctest; build by hand:
-//   g++ -O3 -march=native -fopenmp -I. tests/kernels/skinny_gemm_bench.cpp kernels/cpu/skinny_gemm.cpp \
+// Side-by-side OpenBLAS sgemm (row-major B) and packed_gemm (B packed into panels, as the CPU
+// backend holds weights), GPT-2-124M shapes. Not a ctest; build by hand:
+//   g++ -O3 -march=native -fopenmp -I. tests/kernels/packed_gemm_bench.cpp \
 //     kernels/cpu/packed_gemm.cpp kernels/cpu/gemm.cpp \
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -o /tmp/skb
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernels/cpu/packed_gemm.h"
-#include "kernels/cpu/skinny_gemm.h"
 
 namespace {
 double now() {
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
       for (auto& x : a) x = u(rng);
       const double flop = 2.0 * m * s.n * s.k;
       const int reps = std::max(3, static_cast<int>(2e9 / flop / 4));
-      std::vector<double> tb, ts, tp;
+      std::vector<double> tb, tp;
       for (int round = 0; round < 7; ++round) {
         double t0 = now();
         for (int r = 0; r < reps; ++r)
@@ -63,20 +62,14 @@ int main(int argc, char** argv) {
         tb.push_back((now() - t0) / reps);
         t0 = now();
         for (int r = 0; r < reps; ++r)
-          ltm::kernels::cpu::skinny_gemm(a.data(), bs.data() + (r % copies) * sz, c.data(), m, s.n, s.k, s.t, 0.0f);
-        ts.push_back((now() - t0) / reps);
-        t0 = now();
-        for (int r = 0; r < reps; ++r)
           ltm::kernels::cpu::packed_gemm(a.data(), ps.data() + (r % copies) * psz, c.data(), m, s.n, s.k, 0.0f);
         tp.push_back((now() - t0) / reps);
       }
       std::sort(tb.begin(), tb.end());
-      std::sort(ts.begin(), ts.end());
       std::sort(tp.begin(), tp.end());
-      const double gb = flop / tb[tb.size() / 2] * 1e-9, gs = flop / ts[ts.size() / 2] * 1e-9;
-      const double gp = flop / tp[tp.size() / 2] * 1e-9;
-      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %6.1f  skinny %6.1f  packed %6.1f GF/s\n",
-                  s.name, m, s.n, s.k, gb, gs, gp);
+      const double gb = flop / tb[tb.size() / 2] * 1e-9, gp = flop / tp[tp.size() / 2] * 1e-9;
+      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %6.1f  packed %6.1f GF/s  x%.2f\n", s.name,
+                  m, s.n, s.k, gb, gp, gp / gb);
       std::fflush(stdout);
     }
   }
