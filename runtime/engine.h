@@ -38,7 +38,7 @@ class Engine {
 
   // Rank 0: runs `plan` on every rank and returns the sampled tokens (submit + collect).
   StepOutput step(const StepPlan& plan);
-  // Rank 0, pipelined: submit() broadcasts a plan and runs rank 0's stage on it, then returns
+  // Rank 0, pipelined: submit() posts a plan to every rank and runs rank 0's stage on it, then returns
   // while the later stages work; collect() returns the oldest submitted plan's samples (waiting
   // for the last stage). With pp stages up to pp plans (micro-batches) keep every stage busy.
   // A plan with want_logits should be collected before the next submit (its logits are large).
@@ -47,10 +47,10 @@ class Engine {
   int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
   // Rank 0: releases the other ranks from follow().
   void shutdown();
-  // Other ranks: executes broadcast plans until shutdown.
+  // Other ranks: executes the posted plans until shutdown.
   void follow();
 
-  // Seconds spent in communication on this rank (plan broadcast excluded), for benchmarks.
+  // Seconds spent in communication on this rank (plan posting excluded), for benchmarks.
   double comm_seconds() const { return comm_seconds_; }
 
  private:

@@ -1,4 +1,4 @@
-// The step plan: what rank 0 broadcasts to every rank before each forward step, and its wire
+// The step plan: what rank 0 sends to every rank before each forward step, and its wire
 // encoding (a flat little-endian byte string; every rank runs the same binary).
 #pragma once
 
