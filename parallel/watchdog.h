@@ -19,10 +19,10 @@
 // Open MPI makes progress on non-blocking operations only inside MPI calls; the polling is that
 // progress, so nothing else (no progress thread) is needed.
 //
-// Waiting for work (the idle wait). Ranks other than 0 wait between steps in a broadcast of rank
+// Waiting for work (the idle wait). Ranks other than 0 wait between steps in a receive of rank
 // 0's next step plan, which may take hours while the server is idle, so that wait has no deadline
-// (MpiCommunicator::broadcast_wait, Deadline::never()); it naps up to idle_max_sleep_s (2 ms)
-// between polls, a few hundred cheap MPI_Test calls a second. It still does not hang forever:
+// (MpiCommunicator::recv_wait or broadcast_wait: Deadline::never()); it naps up to
+// idle_max_sleep_s (2 ms) between polls, a few hundred cheap MPI_Test calls a second. It still does not hang forever:
 //   1. a peer that exits or is killed: mpirun (Open MPI 4.1) and srun see the process end and kill
 //      the whole job within a second or two, usually before any deadline (watchdog_test's "kill"
 //      case: exit 137, "mpirun noticed that process rank 2 ... exited on signal 9");
@@ -32,7 +32,7 @@
 //      watchdog_test: the ranks are gone ~3 s after mpirun is SIGKILLed);
 //   3. rank 0 alive but stuck outside MPI cannot be told from an idle server by waiting alone.
 //      Where that matters the coordinator sends a keep-alive (empty) plan every H seconds and the other
-//      ranks pass Deadline::after(k * H) to broadcast_wait, which then fires like any collective.
+//      ranks wait with Deadline::after(k * H) instead of never, which then fires like any collective.
 // We chose this over heartbeats everywhere because (1) and (2) cover dead processes at no cost and
 // keep the idle server silent; (3) stays available without changing this layer.
 //
