@@ -52,6 +52,7 @@ po::options_description describe(WorkerOptions* o) {
       ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")
       ("max-queue", po::value(&o->max_queue)->default_value(256), "waiting requests before RESOURCE_EXHAUSTED")
       ("drain-timeout", po::value(&o->drain_timeout_s)->default_value(30.0), "seconds SIGTERM waits for running requests")
+      ("keepalive-s", po::value(&o->keepalive_s)->default_value(10.0), "serving: seconds between keep-alive plans while idle; the other ranks take the group down when rank 0 sends nothing for --collective-timeout + 3 x this")
       ("max-message-bytes", po::value(&o->max_message_bytes)->default_value(4 << 20), "largest request message")
       ("verbose,v", po::bool_switch(&o->verbose), "log every step")
       ("help,h", "this help");
@@ -124,6 +125,7 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->device != "cpu" && o->device != "cuda")
     return fail(absl::StrCat("--device must be cpu or cuda, not '", o->device, "'"));
   if (!(o->collective_timeout_s > 0)) return fail("--collective-timeout must be > 0 seconds");
+  if (!(o->keepalive_s > 0)) return fail("--keepalive-s must be > 0 seconds");
   if (o->block_size < 1 || o->block_size > 1024) return fail("--block-size must be in [1, 1024]");
   if (o->kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");
   if (o->max_batch_tokens < 1) return fail("--max-batch-tokens must be at least 1");

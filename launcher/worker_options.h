@@ -44,6 +44,7 @@ struct WorkerOptions {
   std::string listen;           // ADDR:PORT; empty = one-shot
   int32_t max_queue = 256;
   double drain_timeout_s = 30;
+  double keepalive_s = 10;     // serving: rank 0 idle this long sends a keep-alive plan
   int64_t max_message_bytes = 4 << 20;
   bool verbose = false;
 };

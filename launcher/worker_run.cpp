@@ -168,7 +168,8 @@ void on_signal(int sig) { g_signal.store(sig); }
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   const ModelConfig& config = rs.model->config();
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size,
-                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches});
+                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue,
+                                       o.micro_batches, o.keepalive_s});
   EngineInfo info;
   info.model_name = std::filesystem::path(o.model).filename().string();
   info.model = config;
@@ -254,6 +255,9 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       // start a drain (forwarded to every rank by mpirun or srun) must not kill them first.
       signal(SIGTERM, SIG_IGN);
       signal(SIGINT, SIG_IGN);
+      // Rank 0 sends a plan or a keep-alive at least every --keepalive-s, unless it is inside a
+      // step, which ends within --collective-timeout: silence beyond both means it is stuck.
+      rs.engine->set_idle_timeout(o.collective_timeout_s + 3 * o.keepalive_s);
     }
     rs.engine->follow();
     return 0;

@@ -42,9 +42,13 @@ class Communicator {
   virtual void post(const void* data, size_t bytes, int dst, int tag) { send(data, bytes, dst, tag); }
   // Returns once every posted message has been delivered (before shutdown).
   virtual void flush() {}
-  // The idle wait for work as a receive: the first piece may take any time (no deadline); dead
-  // peers are still detected.
-  virtual void recv_wait(void* data, size_t bytes, int src, int tag) { recv(data, bytes, src, tag); }
+  // The idle wait for work as a receive: the first piece may take up to `first_piece_timeout_s`
+  // (<= 0: any time, no deadline); dead peers are still detected.
+  virtual void recv_wait(void* data, size_t bytes, int src, int tag,
+                         double first_piece_timeout_s = 0) {
+    (void)first_piece_timeout_s;
+    recv(data, bytes, src, tag);
+  }
   virtual void barrier() = 0;
 };
 

@@ -191,8 +191,9 @@ void MpiCommunicator::recv(void* data, size_t bytes, int src, int tag) {
   recv_impl(data, bytes, src, tag, watchdog_.deadline(), "recv");
 }
 
-void MpiCommunicator::recv_wait(void* data, size_t bytes, int src, int tag) {
-  recv_impl(data, bytes, src, tag, Deadline::never(), "recv_wait");
+void MpiCommunicator::recv_wait(void* data, size_t bytes, int src, int tag,
+                                double first_piece_timeout_s) {
+  recv_impl(data, bytes, src, tag, Deadline::after(first_piece_timeout_s), "recv_wait");
 }
 
 void MpiCommunicator::recv_impl(void* data, size_t bytes, int src, int tag, Deadline first_piece,
@@ -215,7 +216,7 @@ void MpiCommunicator::recv_impl(void* data, size_t bytes, int src, int tag, Dead
                " bytes where the receiver expects ", n, " (piece at offset ", offset, " of ", bytes,
                ")");
     offset += n;
-    if (deadline.is_never()) deadline = watchdog_.deadline();  // the sender is sending now
+    deadline = watchdog_.deadline();  // after the first piece the sender is sending: normal timeout
   } while (offset < bytes);
 }
 

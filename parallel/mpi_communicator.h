@@ -57,7 +57,8 @@ class MpiCommunicator final : public Communicator {
   // deadline. flush() waits for all of them; the destructor flushes too.
   void post(const void* data, size_t bytes, int dst, int tag) override;
   void flush() override;
-  void recv_wait(void* data, size_t bytes, int src, int tag) override;
+  void recv_wait(void* data, size_t bytes, int src, int tag,
+                 double first_piece_timeout_s = 0) override;
   size_t posted_in_flight() const { return posted_.size(); }  // for tests
 
   // The idle wait for work: broadcast, but a non-root rank waits for the first piece with no

@@ -30,11 +30,12 @@
 //      re-parented. Every poll loop checks getppid() once a second against the parent recorded at
 //      MPI start-up (watch_launcher) and then aborts with kExitLauncherGone (checked by
 //      watchdog_test: the ranks are gone ~3 s after mpirun is SIGKILLed);
-//   3. rank 0 alive but stuck outside MPI cannot be told from an idle server by waiting alone.
-//      Where that matters the coordinator sends a keep-alive (empty) plan every H seconds and the other
-//      ranks wait with Deadline::after(k * H) instead of never, which then fires like any collective.
-// We chose this over heartbeats everywhere because (1) and (2) cover dead processes at no cost and
-// keep the idle server silent; (3) stays available without changing this layer.
+//   3. rank 0 alive but stuck outside MPI cannot be told from an idle server by waiting alone, so
+//      a serving rank 0 sends a keep-alive (empty) plan every --keepalive-s while idle, and the
+//      other ranks, once the first plan has come, wait with a deadline (Engine::set_idle_timeout:
+//      --collective-timeout + 3 x --keepalive-s), which then fires like any collective.
+// We chose this over heartbeats everywhere because (1) and (2) cover dead processes at no cost;
+// (3) costs one small message per --keepalive-s from rank 0 only.
 //
 // Threading: a Watchdog is used by the one thread that owns its communicator; set_timeout may be
 // called from any thread. poll_until makes no MPI calls itself.

@@ -104,17 +104,27 @@ void Engine::shutdown() {
   comms_.pp.flush();
 }
 
+void Engine::keep_alive() {
+  StepPlan plan;
+  plan.kind = PlanKind::kKeepAlive;
+  post_plan(plan);
+}
+
 void Engine::follow() {
   LTM_ASSERT(comms_.world.rank() != 0, "follow() is for ranks other than 0");
-  // Waiting for the next plan has no deadline (the server may be idle for hours); dead peers are
-  // still detected (parallel/watchdog.h, "Waiting for work").
+  // Waiting for the next plan: no deadline for the first one, then idle_timeout_s_ (a serving
+  // rank 0 sends keep-alives while idle); dead peers are detected either way (parallel/watchdog.h,
+  // "Waiting for work").
+  bool first = true;
   for (;;) {
     int64_t n = 0;
-    comms_.world.recv_wait(&n, sizeof(n), 0, kTagPlanSize);
+    comms_.world.recv_wait(&n, sizeof(n), 0, kTagPlanSize, first ? 0.0 : idle_timeout_s_);
+    first = false;
     std::string bytes(static_cast<size_t>(n), '\0');
     comms_.world.recv(bytes.data(), bytes.size(), 0, kTagPlan);
     absl::StatusOr<StepPlan> plan = decode_plan(bytes);
     LTM_ASSERT(plan.ok(), plan.status().ToString());
+    if (plan->kind == PlanKind::kKeepAlive) continue;
     if (plan->kind == PlanKind::kShutdown) {
       comms_.world.flush();
       comms_.pp.flush();

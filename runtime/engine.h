@@ -47,6 +47,12 @@ class Engine {
   int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
   // Rank 0: releases the other ranks from follow().
   void shutdown();
+  // Rank 0, while idle: a plan with nothing to run, which resets the other ranks' idle timeout.
+  void keep_alive();
+  // Other ranks: once the first plan has arrived, waiting longer than `seconds` for the next one
+  // means rank 0 is stuck, and takes the group down (watchdog message, non-zero exit). <= 0 (the
+  // default): wait for ever. The first plan may take any time (rank 0 may still be loading).
+  void set_idle_timeout(double seconds) { idle_timeout_s_ = seconds; }
   // Other ranks: executes the posted plans until shutdown.
   void follow();
 
@@ -74,6 +80,7 @@ class Engine {
   DeviceBuffer logits_;      // [rows, vocab_local]
   std::vector<float> host_logits_;
   double comm_seconds_ = 0;
+  double idle_timeout_s_ = 0;
 };
 
 // The random stream for a request's `token_index`-th token.

@@ -363,12 +363,25 @@ void Scheduler::run_until_idle() {
 }
 
 void Scheduler::serve() {
+  const bool keepalive = options_.keepalive_s > 0;
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(keepalive ? options_.keepalive_s : 1.0));
+  if (keepalive) engine_.keep_alive();  // arms the other ranks' idle timeout
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      const auto has_work = [&] {
         return stopping_ || !incoming_.empty() || !running_.empty() || !waiting_.empty();
-      });
+      };
+      if (keepalive) {
+        if (!cv_.wait_for(lock, period, has_work)) {
+          lock.unlock();
+          engine_.keep_alive();
+          continue;
+        }
+      } else {
+        cv_.wait(lock, has_work);
+      }
       if (stopping_ && incoming_.empty() && running_.empty() && waiting_.empty()) return;
       if (stopping_ && Clock::now() >= drain_deadline_) {
         lock.unlock();

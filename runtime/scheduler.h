@@ -31,6 +31,7 @@ struct SchedulerOptions {
   int32_t max_running = 64;        // sequences in the running batch
   int32_t max_queue = 256;         // waiting requests before RESOURCE_EXHAUSTED
   int32_t micro_batches = 1;       // plans in flight at once: the pipeline depth (pp) keeps every stage busy
+  double keepalive_s = 0;          // serve(): a keep-alive plan after this long idle (<= 0: none)
 };
 
 struct SchedulerStats {

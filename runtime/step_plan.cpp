@@ -97,6 +97,8 @@ absl::StatusOr<StepPlan> decode_plan(const std::string& bytes) {
          r.get_vec(&s.history);
     p.sampling.push_back(std::move(s));
   }
+  ok = ok && kind >= static_cast<int32_t>(PlanKind::kStep) &&
+       kind <= static_cast<int32_t>(PlanKind::kKeepAlive);
   if (!ok || !r.done())
     return absl::DataLossError(absl::StrCat("malformed step plan (", bytes.size(), " bytes)"));
   p.kind = static_cast<PlanKind>(kind);

@@ -20,7 +20,9 @@ struct RowSampling {
   std::vector<int32_t> history;   // prompt + generated ids; sent only when repetition_penalty != 1
 };
 
-enum class PlanKind : int32_t { kStep = 1, kShutdown = 2 };
+// kKeepAlive: nothing to run; rank 0 sends one every --keepalive-s while idle so that the other
+// ranks can tell an idle coordinator from a stuck one (Engine::set_idle_timeout).
+enum class PlanKind : int32_t { kStep = 1, kShutdown = 2, kKeepAlive = 3 };
 
 struct StepPlan {
   PlanKind kind = PlanKind::kStep;

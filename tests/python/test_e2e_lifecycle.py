@@ -2,7 +2,8 @@
 path): a full queue answers RESOURCE_EXHAUSTED; a KV budget too small for the batch preempts and
 still gives every request its solo output; SIGTERM drains (running calls finish, or are cut after
 --drain-timeout; new calls get UNAVAILABLE; exit 0); a killed rank ends in-flight calls with
-UNAVAILABLE and the group exits non-zero. All addresses are loopback and every wait is bounded.
+UNAVAILABLE and the group exits non-zero; keep-alives hold an idle group together, and a rank 0
+that stops sending (SIGSTOP) is noticed by the others, which end the group. All addresses are loopback and every wait is bounded.
 """
 from __future__ import annotations
 
@@ -197,3 +198,34 @@ def test_killed_rank_ends_streams_with_unavailable(small_model, tmp_path):
     assert in_flight, "every stream finished before the kill: the test covers too little"
     for r in in_flight:
         assert r[0] == grpc.StatusCode.UNAVAILABLE, (r[0], r[2])
+
+
+# ---- 10. a stuck coordinator -----------------------------------------------------------------
+
+def test_keepalives_hold_an_idle_group_and_a_stuck_rank_0_ends_it(small_model, tmp_path):
+    # The other ranks give rank 0 --collective-timeout + 3 x --keepalive-s = 3.5 s of silence.
+    req = dict(prompt_token_ids=ids_of(8, 1500), max_new_tokens=8, temperature=0.0,
+               ignore_eos=True)
+    with Server(small_model, ranks=2, tp=1, pp=2,
+                extra=["--collective-timeout", 2, "--keepalive-s", 0.5],
+                log_dir=str(tmp_path), name="stuck-rank0") as srv:
+        client = srv.client(timeout=30)
+        before = list(client.generate(**req).token_ids)
+        time.sleep(8)  # idle for over twice the idle timeout: only the keep-alives hold the group
+        assert srv.running(), f"an idle server went down:\n{srv.log_tail()}"
+        after = list(client.generate(**req).token_ids)
+        assert after == before and len(after) == 8
+        pids = srv.rank_pids()
+        t0 = time.monotonic()
+        os.kill(pids[0], signal.SIGSTOP)  # alive, holding its sockets, sending nothing
+        code = srv.wait(timeout=60)
+        if code is None:
+            os.kill(pids[0], signal.SIGCONT)  # let the server's stop() take it down
+        t_exit = time.monotonic() - t0
+        log = srv.log_tail()
+    print(f"group exit {code} {t_exit:.2f} s after rank 0 stopped\n{log}")
+    assert code is not None, "the group did not notice a stuck rank 0"
+    assert code != 0
+    # Rank 1's watchdog: "ltm: <host>:1: collective recv_wait(src=0,tag=105) on group world ...
+    # did not finish within 3.5 s; ..."
+    assert "recv_wait(src=0" in log and "did not finish within 3.5 s" in log, log
