@@ -32,10 +32,11 @@ struct Range {
 Range layer_range(int64_t n_layer, int pp, int pp_rank);
 
 // Layers of stage `pp_rank` when the last stage also runs the LM head, whose work equals
-// `head_layers` layers (for GPT-2 shapes V d / (12 d^2) = V / (12 d): 5.5 for GPT-2-124M, 0.34
-// for GPT-3-175B). The last stage gets fewer layers so that the stages take about the same time
-// (a pipeline runs at the pace of its slowest stage); every stage keeps at least one layer, the
-// other stages split the rest as layer_range does. head_layers = 0 gives layer_range.
+// `head_layers` layers (for GPT-2 shapes V d / (12 d^2) = V / (12 d) in GEMM work: 5.5 for
+// GPT-2-124M, 0.34 for GPT-3-175B; runtime/model.cpp discounts it for a layer's other work).
+// The last stage gets fewer layers so that the stages take about the same time (a pipeline runs
+// at the pace of its slowest stage); every stage keeps at least one layer, the other stages split
+// the rest as layer_range does. head_layers = 0 gives layer_range.
 // Requires 1 <= pp <= n_layer, head_layers >= 0.
 Range balanced_layer_range(int64_t n_layer, int pp, int pp_rank, double head_layers);
 

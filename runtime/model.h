@@ -64,7 +64,8 @@ struct StepInput {
 };
 
 // The layers of pipeline stage `pp_rank`: balanced so that the last stage, which also runs the
-// LM head (as much work as V / (12 d) layers), takes about as long as the others.
+// LM head (the work of V / (12 d) layers in GEMMs, less once a layer's attention and norms count:
+// see model.cpp), takes about as long as the others.
 parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank);
 
 class Model {
