@@ -64,7 +64,9 @@ Clock::time_point steady_deadline(std::chrono::system_clock::time_point deadline
 // Parses a request message. The typed handlers would answer a message that does not parse with
 // INTERNAL and no text; the most likely cause from a well-behaved client is a string field that is
 // not valid UTF-8 (proto3 requires it, and some clients do not check on send), so that case is
-// found and named: INVALID_ARGUMENT "prompt is not valid UTF-8".
+// found and named: INVALID_ARGUMENT "prompt is not valid UTF-8". The strings are checked before
+// the typed parse, which would refuse them too but only after libprotobuf logs an ERROR line per
+// request (a log any client could flood).
 absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Message& message) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) return absl::InvalidArgumentError("the request is unreadable");
@@ -72,7 +74,6 @@ absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Mes
   bytes.reserve(buffer.Length());
   for (const grpc::Slice& s : slices)
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (message.ParseFromString(bytes)) return absl::OkStatus();
 
   const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
   google::protobuf::UnknownFieldSet fields;
@@ -92,6 +93,7 @@ absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Mes
       }
     }
   }
+  if (message.ParseFromString(bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("the request is not a valid ", descriptor->full_name(), " message"));
 }

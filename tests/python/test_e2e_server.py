@@ -269,6 +269,9 @@ def test_bad_requests_get_invalid_argument_naming_the_field(server):
     finally:
         channel.close()
     server.wait_idle()
+    # Refused without libprotobuf's per-request ERROR line ("String field ... contains invalid
+    # UTF-8 data when parsing a protocol buffer"): the server checks the strings first.
+    assert "invalid UTF-8 data" not in server.log(), server.log_tail()
 
 
 def test_cancel_deadline_and_disconnect_free_blocks(server):
