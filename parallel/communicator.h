@@ -28,9 +28,6 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   // root's data[0..bytes) reaches every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
-  // The idle wait for work: a broadcast whose non-root ranks may wait with no deadline (rank 0
-  // may sit idle for hours before its next step plan); dead peers are still detected.
-  virtual void broadcast_wait(void* data, size_t bytes, int root) { broadcast(data, bytes, root); }
   // Blocking point-to-point, matched by (peer, tag).
   virtual void send(const void* data, size_t bytes, int dst, int tag) = 0;
   virtual void recv(void* data, size_t bytes, int src, int tag) = 0;

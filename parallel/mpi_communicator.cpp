@@ -93,30 +93,18 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t bytes_per_
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
-  broadcast_impl(data, bytes, root, watchdog_.deadline(), "broadcast");
-}
-
-void MpiCommunicator::broadcast_wait(void* data, size_t bytes, int root, Deadline first_piece) {
-  broadcast_impl(data, bytes, root, rank_ == root ? watchdog_.deadline() : first_piece,
-                 "broadcast_wait");
-}
-
-void MpiCommunicator::broadcast_impl(void* data, size_t bytes, int root, Deadline first_piece,
-                                     const char* what) {
   LTM_ASSERT(root >= 0 && root < size_, "broadcast root ", root, " on group ", name(), " of ",
              size_);
   if (bytes == 0 || size_ == 1) return;
   reap_posted();
-  const std::string op = absl::StrCat(what, "(root=", root, ")");
+  const std::string op = absl::StrCat("broadcast(root=", root, ")");
   char* buffer = static_cast<char*>(data);
-  Deadline deadline = first_piece;
+  const Deadline deadline = watchdog_.deadline();
   for (size_t offset = 0; offset < bytes; offset += max_chunk_bytes_) {
     const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
     MPI_Request request;
     LTM_MPI(MPI_Ibcast(buffer + offset, n, MPI_BYTE, root, comm_, &request), op, name());
     watchdog_.wait(&request, op, bytes, deadline);
-    // Once the first piece is here the root is sending: the rest runs under the normal timeout.
-    if (offset == 0 && first_piece.is_never()) deadline = watchdog_.deadline();
   }
 }
 

@@ -61,11 +61,6 @@ class MpiCommunicator final : public Communicator {
                  double first_piece_timeout_s = 0) override;
   size_t posted_in_flight() const { return posted_.size(); }  // for tests
 
-  // The idle wait for work: broadcast, but a non-root rank waits for the first piece with no
-  // deadline (or `first_piece`), since rank 0 may sit idle for hours before its next step plan.
-  // Dead peers and a dead launcher are still detected (watchdog.h, "Waiting for work"). The root,
-  // and the later pieces once data flows, run under the normal timeout.
-  void broadcast_wait(void* data, size_t bytes, int root, Deadline first_piece = Deadline::never());
 
   // The collective timeout of the operations that start from now on; <= 0 disables it.
   void set_timeout(double seconds) { watchdog_.set_timeout(seconds); }
@@ -79,7 +74,6 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
 
  private:
-  void broadcast_impl(void* data, size_t bytes, int root, Deadline first_piece, const char* op);
   void recv_impl(void* data, size_t bytes, int src, int tag, Deadline first_piece, const char* what);
   void check_peer(int peer, int tag, const char* what) const;
   // Reaps the posted sends that completed; aborts the group if one is past its deadline.

@@ -21,7 +21,7 @@
 //
 // Waiting for work (the idle wait). Ranks other than 0 wait between steps in a receive of rank
 // 0's next step plan, which may take hours while the server is idle, so that wait has no deadline
-// (MpiCommunicator::recv_wait or broadcast_wait: Deadline::never()); it naps up to
+// (MpiCommunicator::recv_wait: Deadline::never() for the first plan); it naps up to
 // idle_max_sleep_s (2 ms) between polls, a few hundred cheap MPI_Test calls a second. It still does not hang forever:
 //   1. a peer that exits or is killed: mpirun (Open MPI 4.1) and srun see the process end and kill
 //      the whole job within a second or two, usually before any deadline (watchdog_test's "kill"

@@ -293,7 +293,7 @@ TEST_F(WatchdogRun, MpiErrorBringsTheGroupDownWithItsMessage) {
 }
 
 TEST_F(WatchdogRun, IdleWaitLongerThanTheTimeoutIsFine) {
-  // Rank 0 stays idle 2 x 1 s before broadcasting its plan; the others wait in broadcast_wait.
+  // Rank 0 stays idle 2 x 1 s before posting its plan; the others wait in recv_wait.
   const RunResult run = run_victim({"idle", "-1", "all_reduce", "1"}, 60);
   std::printf("idle wait: exit %d after %.2f s\n", run.exit_code, run.seconds);
   EXPECT_EQ(run.exit_code, 0) << run.output;

@@ -6,11 +6,11 @@
 //   mode: hang     the victim sleeps forever instead of joining <op>
 //         kill     the victim SIGKILLs itself instead of joining <op>
 //         ok       nobody misbehaves: <op> completes, exit 0
-//         idle     rank 0 stays idle for 2 x timeout before broadcasting the next plan, the others
-//                  wait in broadcast_wait: must complete, exit 0
+//         idle     rank 0 stays idle for 2 x timeout before posting the next plan, the others
+//                  wait in recv_wait for its posted plan: must complete, exit 0
 //         truncate stage 1 receives into a buffer smaller than stage 0 sends (an MPI error, not a
 //                  timeout): must end with the "MPI ... failed" message, exit 2
-//         orphan   every rank waits in broadcast_wait forever (rank 0 sleeps); the test kills
+//         orphan   every other rank waits in recv_wait forever (rank 0 sleeps); the test kills
 //                  mpirun and checks the ranks go away (each writes <pid dir>/rank<r>.pid, and
 //                  its stderr goes to <pid dir>/rank<r>.err, since mpirun no longer forwards it)
 //   op:   all_reduce (tp group), all_gather (tp), broadcast (world), send (pp: stage 0 -> 1),
@@ -95,8 +95,12 @@ int main(int argc, char** argv) {
       if (mode == "orphan") sleep_forever();
       usleep(static_cast<useconds_t>(2 * timeout_s * 1e6));  // idle longer than the timeout
       plan[0] = 42;
+      for (int r = 1; r < world.world().size(); ++r)  // as Engine posts its step plans
+        world.world().post(plan, sizeof(plan), r, 7);
+      world.world().flush();
+    } else {
+      world.world().recv_wait(plan, sizeof(plan), 0, 7);
     }
-    world.world().broadcast_wait(plan, sizeof(plan), 0);
     if (plan[0] != 42) {
       std::fprintf(stderr, "watchdog_victim: rank %d got plan %d, not 42\n", world.rank(), plan[0]);
       return 65;

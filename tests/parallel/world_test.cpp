@@ -82,7 +82,6 @@ TEST(MpiWorld, SingletonWithoutMpirun) {
     world.pp().all_gather(x.data(), gathered.data(), x.size() * sizeof(float));
     EXPECT_EQ(gathered, x);
     world.world().broadcast(x.data(), x.size() * sizeof(float), 0);
-    world.world().broadcast_wait(x.data(), x.size() * sizeof(float), 0);
     world.world().barrier();
     EXPECT_THAT(x, ::testing::ElementsAre(1.5f, -2.0f, 3.0f));
   }
