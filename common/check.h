@@ -1,6 +1,6 @@
 // Assertions and Status plumbing shared by every folder.
 //
-// Three tiers of errors (see DESIGN.md):
+// Three tiers of errors (see docs/architecture.md):
 //  - LTM_ASSERT: a broken invariant of our own code. Prints file:line and aborts the process
 //    (under MPI the launcher takes the group down).
 //  - LTM_RETURN_IF_ERROR / LTM_ASSIGN_OR_RETURN: propagate absl::Status for bad user data

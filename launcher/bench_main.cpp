@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "launcher/model_setup.h"
-#include "runtime/scheduler.h"
+#include "runtime/serve/scheduler.h"
 
 namespace {
 

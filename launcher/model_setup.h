@@ -8,11 +8,11 @@
 #include "absl/status/statusor.h"
 #include "launcher/worker_options.h"
 #include "parallel/world.h"
-#include "runtime/backend.h"
-#include "runtime/engine.h"
-#include "runtime/kv_cache.h"
-#include "runtime/model.h"
-#include "runtime/weight_source.h"
+#include "runtime/backend/backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/model.h"
+#include "runtime/model/weight_source.h"
 
 namespace ltm {
 

@@ -1,5 +1,5 @@
 // ltm-worker: one rank of an ltm group. Started alone it is a world of one; under mpirun or srun
-// every rank runs this same binary (DESIGN.md "Ranks and slices").
+// every rank runs this same binary (docs/architecture.md "Ranks and slices").
 //
 //   ltm-worker --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N ...
 //       one-shot: generate, print the text (or JSON), exit 0.

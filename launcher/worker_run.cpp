@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "launcher/model_setup.h"
 #include "parallel/group_abort.h"
-#include "runtime/grpc_server.h"
-#include "runtime/npy.h"
-#include "runtime/scheduler.h"
-#include "runtime/tokenizer.h"
+#include "runtime/serve/grpc_server.h"
+#include "runtime/model/npy.h"
+#include "runtime/serve/scheduler.h"
+#include "runtime/text/tokenizer.h"
 #include "spdlog/spdlog.h"
 
 namespace ltm {

@@ -1,5 +1,5 @@
 // Taking the whole group down: the one exit path for MPI failures, collective timeouts and a
-// vanished launcher (DESIGN.md "Conventions", second error tier: one dead rank must not leave the
+// vanished launcher (docs/architecture.md "Conventions", second error tier: one dead rank must not leave the
 // others hanging).
 //
 // abort_group prints its message to stderr, then calls MPI_Abort(MPI_COMM_WORLD, code), which asks

@@ -1,7 +1,7 @@
 // Partition arithmetic: which layers, heads, vocab rows and FFN columns a rank owns.
 //
 // Pure functions of integers (no MPI, no model types), so every split can be tested exhaustively
-// without starting ranks. The layout they implement is DESIGN.md "Ranks and slices":
+// without starting ranks. The layout they implement is docs/architecture.md "Ranks and slices":
 //   world = tp * pp;  rank = pp_rank * tp + tp_rank
 //   layers: contiguous per pipeline stage, uneven splits allowed (the first n_layer % pp stages
 //           get one extra layer);

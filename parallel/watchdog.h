@@ -1,5 +1,5 @@
 // The collective watchdog: every communicator operation runs under a deadline, so a peer rank
-// that died or never arrives cannot hang the group (DESIGN.md "Serving": never a silent hang).
+// that died or never arrives cannot hang the group (docs/architecture.md "Serving": never a silent hang).
 //
 // How: MpiCommunicator starts each operation non-blocking (MPI_Iallreduce, MPI_Ibcast, MPI_Isend,
 // ...) and hands the request to Watchdog::wait, which polls it with MPI_Test:

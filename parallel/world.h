@@ -1,6 +1,6 @@
 // The world of ranks: where this rank sits (WorldLayout) and the MPI process state (MpiWorld).
 //
-// Layout (DESIGN.md "Ranks and slices"):
+// Layout (docs/architecture.md "Ranks and slices"):
 //   world_size = tp * pp;   rank = pp_rank * tp + tp_rank
 // A TP group is the tp contiguous ranks of one pipeline stage (keep it inside a node); a PP group
 // is the pp ranks with the same tp_rank, one per stage.

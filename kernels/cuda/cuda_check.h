@@ -1,4 +1,4 @@
-// CUDA error checking for kernels/cuda and the CUDA backend (DESIGN.md, second error tier).
+// CUDA error checking for kernels/cuda and the CUDA backend (docs/architecture.md, second error tier).
 //
 // LTM_CUDA_CHECK(expr) evaluates a cudaError_t expression; on failure it prints
 //   ltm: <host>: CUDA error <name> at <file>:<line>: <message> (<expr>)

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "runtime/backend/backend.h"
 
 namespace ltm {
 namespace {

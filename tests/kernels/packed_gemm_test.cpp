@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
-#include "runtime/backend.h"
+#include "runtime/backend/backend.h"
 
 namespace ltm::kernels::cpu {
 namespace {

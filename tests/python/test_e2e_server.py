@@ -1,6 +1,6 @@
 """End-to-end tests of the request path: `mpirun -n 4 ltm-worker --tp 2 --pp 2 --listen
 127.0.0.1:PORT` driven through its public gRPC API (clients/python/ltm_client.py, ltm-client,
-ltm-loadgen and hand-built messages), DESIGN.md "Serving".
+ltm-loadgen and hand-built messages), docs/architecture.md "Serving".
 
   - greedy outputs of 32 concurrent requests = one at a time = the one-shot command (Python and
     C++ clients); streamed text = unary text, every message whole UTF-8, the last one carries

@@ -1,7 +1,7 @@
 """Reference for the sampler: HF `generate()`'s logits processors, written in PyTorch.
 
 Used two ways:
-  - as a script by tests/runtime/sampler_test.cpp (SamplerReference):
+  - as a script by tests/engine/sampler_test.cpp (SamplerReference):
         test_sampler_reference.py LOGITS.npy HISTORY.npy OUT.npy T TOP_K TOP_P PENALTY [T ...]
     writes, for each (T, TOP_K, TOP_P, PENALTY), the probabilities the sampler should draw from
     (float32, shape [number of parameter sets, V]);

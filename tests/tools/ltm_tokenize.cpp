@@ -11,7 +11,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 int main(int argc, char** argv) {
   const bool decode = argc == 3 && std::string(argv[2]) == "--decode";

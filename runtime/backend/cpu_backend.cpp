@@ -1,0 +1,149 @@
+#include "runtime/backend/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "common/check.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/layer_norm.h"
+#include "kernels/cpu/packed_gemm.h"
+
+namespace ltm {
+
+CpuBackend::CpuBackend(int n_threads) {
+  if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
+  n_threads_ = n_threads < 1 ? 1 : n_threads;
+  omp_set_num_threads(n_threads_);
+  kernels::cpu::set_blas_threads(n_threads_);
+}
+
+std::string CpuBackend::describe() const {
+  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS)");
+}
+
+DeviceBuffer CpuBackend::alloc(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
+DeviceBuffer CpuBackend::alloc_zeroed(size_t bytes) {
+  // calloc of a large block maps fresh zero pages: nothing is written until first use.
+  void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
+  if (p == nullptr) throw std::bad_alloc();
+  return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
+DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outlives) {
+  if (host_outlives) return DeviceBuffer(const_cast<void*>(host), bytes, nullptr);
+  DeviceBuffer buf = alloc(bytes);
+  if (bytes) std::memcpy(buf.data(), host, bytes);
+  return buf;
+}
+
+DeviceBuffer CpuBackend::upload_weight(const float* host, int64_t k, int64_t n, bool) {
+  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(k, n) * sizeof(float));
+  kernels::cpu::pack_weight(host, k, n, buf.f32());
+  return buf;
+}
+
+void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
+                        int64_t k, float beta) {
+  LTM_ASSERT(w.bytes() >= kernels::cpu::packed_floats(k, n) * sizeof(float),
+             "matmul: weight buffer of ", w.bytes(), " bytes is not a packed [", k, ", ", n, "]");
+  kernels::cpu::packed_gemm(a, w.f32(), c, m, n, k, beta);
+}
+
+DeviceBuffer CpuBackend::upload_embedding(const float* host, int64_t rows, int64_t d, bool) {
+  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(d, rows) * sizeof(float));
+  kernels::cpu::pack_weight_transposed(host, rows, d, buf.f32());
+  return buf;
+}
+
+void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
+                       int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t id = ids[t];
+    if (id >= row_begin && id < row_end)
+      kernels::cpu::packed_column(table.f32(), d, id - row_begin, out + t * d);
+    else
+      std::memset(out + t * d, 0, sizeof(float) * d);
+  }
+}
+
+void CpuBackend::lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,
+                         int64_t rows, int64_t d) {
+  kernels::cpu::packed_gemm(x, table.f32(), logits, m, rows, d, 0.0f);
+}
+
+void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void CpuBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+void CpuBackend::gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+                      bool b_transposed, float beta) {
+  kernels::cpu::gemm(a, b, c, m, n, k, b_transposed, beta);
+}
+void CpuBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {
+  kernels::cpu::add_bias(x, bias, rows, cols);
+}
+void CpuBackend::add(float* x, const float* y, int64_t n) { kernels::cpu::add(x, y, n); }
+void CpuBackend::bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) {
+  kernels::cpu::bias_gelu(x, bias, rows, cols);
+}
+void CpuBackend::layer_norm(const float* x, const float* gamma, const float* beta, float* y,
+                            int64_t rows, int64_t cols, float eps) {
+  kernels::cpu::layer_norm(x, gamma, beta, y, rows, cols, eps);
+}
+void CpuBackend::embedding(const int32_t* ids, const float* table, int64_t row_begin,
+                           int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  kernels::cpu::embedding(ids, table, row_begin, row_end, out, n_tokens, d);
+}
+void CpuBackend::add_position_embedding(float* x, const float* table, const int32_t* positions,
+                                        int64_t n_tokens, int64_t d) {
+  kernels::cpu::add_position_embedding(x, table, positions, n_tokens, d);
+}
+void CpuBackend::gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
+                             int64_t d) {
+  kernels::cpu::gather_rows(src, rows, dst, n, d);
+}
+void CpuBackend::kv_cache_write(const AttentionArgs& a, const float* qkv, float* k_cache,
+                                float* v_cache) {
+  kernels::cpu::kv_cache_write(qkv, a.host_slot_mapping, a.n_tokens, a.n_head, a.head_dim,
+                               a.block_size, k_cache, v_cache);
+}
+void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const float* k_cache,
+                                 const float* v_cache, float* out) {
+  LTM_ASSERT(a.head_dim <= 512, "head_dim ", a.head_dim, " > 512 is not supported on CPU");
+  kernels::cpu::PagedAttentionShape shape{a.n_seqs,
+                                          a.n_head,
+                                          a.head_dim,
+                                          a.block_size,
+                                          a.max_blocks_per_seq,
+                                          a.host_token_offsets,
+                                          a.host_context_lens,
+                                          a.host_block_tables};
+  kernels::cpu::paged_attention(shape, qkv, k_cache, v_cache, out);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<CpuBackend>(n_threads);
+}
+
+}  // namespace ltm

@@ -1,0 +1,60 @@
+// The CPU backend: host memory, OpenBLAS GEMMs and OpenMP-threaded kernels (kernels/cpu).
+// Ops run synchronously on the calling thread (and its OpenMP/OpenBLAS workers).
+#pragma once
+
+#include <memory>
+
+#include "runtime/backend/backend.h"
+
+namespace ltm {
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads: OpenBLAS and OpenMP threads; 0 = all cores.
+  explicit CpuBackend(int n_threads);
+
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  std::string describe() const override;
+  int threads() const { return n_threads_; }
+
+  DeviceBuffer alloc(size_t bytes) override;
+  DeviceBuffer alloc_zeroed(size_t bytes) override;
+  DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
+  DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) override;
+  void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
+              float beta) override;
+  DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
+                                bool host_outlives) override;
+  void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin, int64_t row_end,
+             float* out, int64_t n_tokens, int64_t d) override;
+  void lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m, int64_t rows,
+               int64_t d) override;
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void synchronize() override {}
+  bool comm_on_device() const override { return false; }
+
+  void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+            bool b_transposed, float beta) override;
+  void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) override;
+  void layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                  int64_t cols, float eps) override;
+  void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_t row_end,
+                 float* out, int64_t n_tokens, int64_t d) override;
+  void add_position_embedding(float* x, const float* table, const int32_t* positions,
+                              int64_t n_tokens, int64_t d) override;
+  void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
+                   int64_t d) override;
+  void kv_cache_write(const AttentionArgs& args, const float* qkv, float* k_cache,
+                      float* v_cache) override;
+  void paged_attention(const AttentionArgs& args, const float* qkv, const float* k_cache,
+                       const float* v_cache, float* out) override;
+
+ private:
+  int n_threads_;
+};
+
+}  // namespace ltm

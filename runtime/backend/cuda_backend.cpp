@@ -1,0 +1,307 @@
+// The CUDA backend: device memory from a stream-ordered pool, cuBLAS GEMMs, kernels/cuda ops.
+//
+// Everything is enqueued on one stream per backend, created blocking (cudaStreamCreate, not
+// ...NonBlocking): work on the legacy default stream (where NcclCommunicator enqueues unless told
+// otherwise) is ordered with it in both directions, so a collective on a buffer this backend just
+// wrote, and the op after it, need no extra synchronisation.
+//
+// Memory: cudaMallocAsync / cudaFreeAsync on that stream, from the device's default pool with its
+// release threshold raised so that freed memory is cached (a serving step reallocates the same
+// sizes every iteration). A DeviceBuffer keeps the stream alive (shared_ptr) and frees its memory
+// stream-ordered, so a buffer dropped while a kernel still reads it is safe.
+//
+// GEMM: C = A B (+ beta C) row-major through the column-major trick: C^T = B^T A^T, i.e. cuBLAS
+// computes the [n, m] column-major C from B (as the left operand) and A. float32 compute without
+// TF32 by default, so results agree with the CPU backend at ~1e-5 relative; LTM_CUDA_TF32=1 in the
+// environment allows TF32 tensor cores (about 8x the FP32 throughput on H100/H200, ~1e-3 relative
+// error).
+//
+// Failure: a CUDA or cuBLAS error prints "ltm: <host>: CUDA error <name> at file:line: <message>"
+// (or "cuBLAS error") and aborts.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/layer_norm.h"
+#include "runtime/backend/backend.h"
+
+namespace ltm {
+namespace {
+
+[[noreturn]] void cublas_fail(cublasStatus_t status, const char* expr, const char* file, int line) {
+  char host[256] = "unknown-host";
+  gethostname(host, sizeof(host) - 1);
+  std::fprintf(stderr, "ltm: %s: cuBLAS error %s at %s:%d: %s (%s)\n", host,
+               cublasGetStatusName(status), file, line, cublasGetStatusString(status), expr);
+  std::fflush(stderr);
+  std::abort();
+}
+
+#define LTM_CUBLAS_CHECK(expr)                                             \
+  do {                                                                     \
+    const cublasStatus_t _ltm_cublas_status = (expr);                      \
+    if (_ltm_cublas_status != CUBLAS_STATUS_SUCCESS) [[unlikely]]          \
+      cublas_fail(_ltm_cublas_status, #expr, __FILE__, __LINE__);          \
+  } while (0)
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 ||
+                          std::strcmp(v, "on") == 0 || std::strcmp(v, "yes") == 0);
+}
+
+// Makes `device` current on the calling thread (the backend may be built on one thread and used
+// on another).
+void use_device(int device) {
+  int current = -1;
+  LTM_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) LTM_CUDA_CHECK(cudaSetDevice(device));
+}
+
+// The stream every op of a backend runs on. Shared by the backend and every DeviceBuffer it made,
+// so buffers may outlive the backend.
+struct StreamContext {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+
+  explicit StreamContext(int d) : device(d) {
+    use_device(device);
+    LTM_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~StreamContext() {
+    // At process exit the runtime may already be unloading; nothing useful to report then.
+    cudaSetDevice(device);
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  StreamContext(const StreamContext&) = delete;
+  StreamContext& operator=(const StreamContext&) = delete;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const cudaDeviceProp& prop)
+      : device_(device), ctx_(std::make_shared<StreamContext>(device)) {
+    allow_tf32_ = env_flag("LTM_CUDA_TF32");
+    name_ = absl::StrCat("cuda:", device, " (", prop.name, ", ",
+                         prop.totalGlobalMem / (size_t{1} << 30), " GiB, sm_", prop.major,
+                         prop.minor, ", cuBLAS fp32", allow_tf32_ ? " TF32" : "", ")");
+    // Keep freed pool memory cached instead of returning it to the driver at each sync.
+    cudaMemPool_t pool;
+    LTM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t threshold = UINT64_MAX;
+    LTM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    LTM_CUBLAS_CHECK(cublasCreate(&cublas_));
+    LTM_CUBLAS_CHECK(cublasSetStream(cublas_, ctx_->stream));
+    LTM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(ctx_->stream);
+    cublasDestroy(cublas_);
+  }
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::string describe() const override { return name_; }
+
+  // TF32 for GEMMs (off unless LTM_CUDA_TF32 is set); takes effect at the next gemm.
+  void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
+
+  // --- memory ---
+  DeviceBuffer alloc(size_t bytes) override {
+    use_device(device_);
+    void* p = nullptr;
+    // A 0-byte request still gets a distinct, freeable pointer.
+    LTM_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, ctx_->stream));
+    std::shared_ptr<StreamContext> ctx = ctx_;
+    return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [ctx](void* q) {
+                          // Freed in stream order: kernels already enqueued may still read q.
+                          int previous = -1;
+                          cudaGetDevice(&previous);
+                          if (previous != ctx->device) cudaSetDevice(ctx->device);
+                          const cudaError_t e = cudaFreeAsync(q, ctx->stream);
+                          if (previous >= 0 && previous != ctx->device) cudaSetDevice(previous);
+                          // At process exit the runtime may be unloading already: nothing to free.
+                          if (e != cudaSuccess && e != cudaErrorCudartUnloading)
+                            kernels::cuda::cuda_fail(e, "cudaFreeAsync", __FILE__, __LINE__);
+                        }));
+  }
+
+  DeviceBuffer upload(const void* host, size_t bytes, bool /*host_outlives*/) override {
+    DeviceBuffer buf = alloc(bytes);  // always a copy: device memory never aliases the host
+    copy_to_device(buf.data(), host, bytes);
+    return buf;
+  }
+
+  // Pageable host memory is staged by the driver before this returns, so `host` may be reused
+  // at once; the copy itself completes in stream order.
+  void copy_to_device(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    use_device(device_);
+    LTM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  }
+
+  void copy_to_host(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    use_device(device_);
+    LTM_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream));
+  }
+
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return;
+    use_device(device_);
+    LTM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx_->stream));
+  }
+
+  void synchronize() override {
+    use_device(device_);
+    LTM_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+  }
+
+  bool comm_on_device() const override { return true; }
+
+  // --- ops ---
+  void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+            bool b_transposed, float beta) override {
+    if (m <= 0 || n <= 0) return;
+    use_device(device_);
+    if (k <= 0) {  // A B is empty: C = beta C
+      LTM_ASSERT(beta == 0.0f || beta == 1.0f, "gemm with k = 0 and beta ", beta);
+      if (beta == 0.0f) fill_zero(c, static_cast<size_t>(m * n) * sizeof(float));
+      return;
+    }
+    const float alpha = 1.0f;
+    // Column-major view: C^T [n, m] = op(B^T) [n, k] x A^T [k, m]. B [k, n] row-major is B^T
+    // column-major with ld n (no transpose); B [n, k] row-major needs op = T with ld k.
+    const cublasOperation_t op_b = b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int64_t ld_b = b_transposed ? k : n;
+    const cublasComputeType_t compute =
+        allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LTM_CUBLAS_CHECK(cublasGemmEx_64(cublas_, op_b, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_32F,
+                                     ld_b, a, CUDA_R_32F, k, &beta, c, CUDA_R_32F, n, compute,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+
+  void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override {
+    use_device(device_);
+    kernels::cuda::add_bias(x, bias, rows, cols, ctx_->stream);
+  }
+  void add(float* x, const float* y, int64_t n) override {
+    use_device(device_);
+    kernels::cuda::add(x, y, n, ctx_->stream);
+  }
+  void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) override {
+    use_device(device_);
+    kernels::cuda::bias_gelu(x, bias, rows, cols, ctx_->stream);
+  }
+  void layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                  int64_t cols, float eps) override {
+    use_device(device_);
+    kernels::cuda::layer_norm(x, gamma, beta, y, rows, cols, eps, ctx_->stream);
+  }
+  void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_t row_end,
+                 float* out, int64_t n_tokens, int64_t d) override {
+    use_device(device_);
+    kernels::cuda::embedding(ids, table, row_begin, row_end, out, n_tokens, d, ctx_->stream);
+  }
+  void add_position_embedding(float* x, const float* table, const int32_t* positions,
+                              int64_t n_tokens, int64_t d) override {
+    use_device(device_);
+    kernels::cuda::add_position_embedding(x, table, positions, n_tokens, d, ctx_->stream);
+  }
+  void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
+                   int64_t d) override {
+    use_device(device_);
+    kernels::cuda::gather_rows(src, rows, dst, n, d, ctx_->stream);
+  }
+  void kv_cache_write(const AttentionArgs& a, const float* qkv, float* k_cache,
+                      float* v_cache) override {
+    use_device(device_);
+    kernels::cuda::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
+                                  a.block_size, k_cache, v_cache, ctx_->stream);
+  }
+  void paged_attention(const AttentionArgs& a, const float* qkv, const float* k_cache,
+                       const float* v_cache, float* out) override {
+    if (a.n_tokens == 0) return;
+    // The kernels size their grids from these host hints; a stale hint would drop rows silently.
+    LTM_ASSERT(a.max_new_tokens >= 1 && a.max_new_tokens <= a.n_tokens &&
+                   a.max_context_len >= a.max_new_tokens,
+               "AttentionArgs hints: max_new_tokens ", a.max_new_tokens, ", n_tokens ", a.n_tokens,
+               ", max_context_len ", a.max_context_len);
+    use_device(device_);
+    kernels::cuda::PagedAttentionShape shape;
+    shape.n_seqs = a.n_seqs;
+    shape.n_head = a.n_head;
+    shape.head_dim = a.head_dim;
+    shape.block_size = a.block_size;
+    shape.max_blocks_per_seq = a.max_blocks_per_seq;
+    shape.max_context_len = a.max_context_len;
+    shape.max_new_tokens = a.max_new_tokens;
+    shape.token_offsets = a.token_offsets;
+    shape.context_lens = a.context_lens;
+    shape.block_tables = a.block_tables;
+    const size_t need = kernels::cuda::paged_attention_workspace_bytes(shape);
+    // Grows geometrically; the old buffer is freed in stream order, after the kernels using it.
+    if (need > workspace_.bytes()) workspace_ = alloc(need * 2);
+    kernels::cuda::paged_attention(shape, qkv, k_cache, v_cache, out,
+                                   need ? workspace_.data() : nullptr, ctx_->stream);
+  }
+
+ private:
+  int device_;
+  std::shared_ptr<StreamContext> ctx_;
+  cublasHandle_t cublas_ = nullptr;
+  bool allow_tf32_ = false;
+  std::string name_;
+  DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
+  auto fail = [&](std::string message) -> std::unique_ptr<Backend> {
+    if (error) *error = std::move(message);
+    return nullptr;
+  };
+  int count = 0;
+  const cudaError_t count_error = cudaGetDeviceCount(&count);
+  if (count_error != cudaSuccess)
+    return fail(absl::StrCat("no usable CUDA device: ", cudaGetErrorName(count_error), ": ",
+                             cudaGetErrorString(count_error)));
+  if (count == 0) return fail("no CUDA device found");
+  if (device < 0 || device >= count)
+    return fail(absl::StrCat("CUDA device ", device, " does not exist (this node has ", count,
+                             " device", count == 1 ? "" : "s", ": 0..", count - 1, ")"));
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess)
+    return fail(absl::StrCat("cannot open CUDA device ", device, ": ", cudaGetErrorString(e)));
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess)
+    return fail(absl::StrCat("cannot query CUDA device ", device, ": ", cudaGetErrorString(e)));
+  e = kernels::cuda::probe_kernel_image();
+  if (e != cudaSuccess)
+    return fail(absl::StrCat("CUDA device ", device, " (", prop.name, ", sm_", prop.major,
+                             prop.minor, ") cannot run this build's kernels: ",
+                             cudaGetErrorString(e),
+                             "; reconfigure with -DCMAKE_CUDA_ARCHITECTURES=", prop.major,
+                             prop.minor));
+  return std::make_unique<CudaBackend>(device, prop);
+}
+
+}  // namespace ltm

@@ -1,0 +1,289 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace ltm {
+namespace {
+
+constexpr int kTagHidden = 101;
+constexpr int kTagSamples = 102;
+constexpr int kTagLogits = 103;
+constexpr int kTagCandidates = 104;
+constexpr int kTagPlanSize = 105;
+constexpr int kTagPlan = 106;
+
+class CommTimer {
+ public:
+  explicit CommTimer(double* total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~CommTimer() {
+    *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  double* total_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+Rng token_rng(uint64_t seed, int32_t token_index) {
+  uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(token_index) + 1));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return Rng(x ^ (x >> 31));
+}
+
+Engine::Engine(Model& model, Backend& backend, KvCache& cache, Comms comms)
+    : model_(model), backend_(backend), cache_(cache), comms_(comms) {
+  const ShardSpec& s = model_.shard();
+  last_stage_root_ = (s.pp - 1) * s.tp;
+}
+
+// Rank 0 posts the plan to every other rank and goes on at once: a rank still busy with the
+// previous micro-batch picks it up when it gets there (a broadcast would hold rank 0 until then,
+// and the pipeline would run one stage at a time).
+void Engine::post_plan(const StepPlan& plan) {
+  if (comms_.world.size() == 1) return;
+  std::string bytes = encode_plan(plan);
+  const int64_t n = static_cast<int64_t>(bytes.size());
+  for (int r = 1; r < comms_.world.size(); ++r) {
+    comms_.world.post(&n, sizeof(n), r, kTagPlanSize);
+    comms_.world.post(bytes.data(), bytes.size(), r, kTagPlan);
+  }
+}
+
+StepOutput Engine::step(const StepPlan& plan) {
+  submit(plan);
+  return collect();
+}
+
+void Engine::submit(const StepPlan& plan) {
+  LTM_ASSERT(comms_.world.rank() == 0, "submit() is rank 0's");
+  post_plan(plan);
+  StepOutput out = execute(plan);
+  if (last_stage_root_ == 0) {
+    ready_.push_back(std::move(out));  // rank 0 is on the last stage: the samples are here
+  } else {
+    in_flight_.push_back({static_cast<int>(plan.input.logit_rows.size()), plan.want_logits});
+  }
+}
+
+StepOutput Engine::collect() {
+  LTM_ASSERT(comms_.world.rank() == 0, "collect() is rank 0's");
+  if (!ready_.empty()) {
+    StepOutput out = std::move(ready_.front());
+    ready_.pop_front();
+    return out;
+  }
+  LTM_ASSERT(!in_flight_.empty(), "collect() with no plan in flight");
+  const InFlight f = in_flight_.front();
+  in_flight_.pop_front();
+  StepOutput out;
+  CommTimer t(&comm_seconds_);
+  out.samples.resize(f.rows);
+  comms_.world.recv(out.samples.data(), f.rows * sizeof(SampleResult), last_stage_root_,
+                    kTagSamples);
+  if (f.want_logits) {
+    out.logits.resize(static_cast<size_t>(f.rows) * model_.config().vocab_size);
+    comms_.world.recv(out.logits.data(), out.logits.size() * sizeof(float), last_stage_root_,
+                      kTagLogits);
+  }
+  return out;
+}
+
+void Engine::shutdown() {
+  if (comms_.world.size() == 1) return;
+  StepPlan plan;
+  plan.kind = PlanKind::kShutdown;
+  post_plan(plan);
+  comms_.world.flush();
+  comms_.pp.flush();
+}
+
+void Engine::keep_alive() {
+  StepPlan plan;
+  plan.kind = PlanKind::kKeepAlive;
+  post_plan(plan);
+}
+
+void Engine::follow() {
+  LTM_ASSERT(comms_.world.rank() != 0, "follow() is for ranks other than 0");
+  // Waiting for the next plan: no deadline for the first one, then idle_timeout_s_ (a serving
+  // rank 0 sends keep-alives while idle); dead peers are detected either way (parallel/watchdog.h,
+  // "Waiting for work").
+  bool first = true;
+  for (;;) {
+    int64_t n = 0;
+    comms_.world.recv_wait(&n, sizeof(n), 0, kTagPlanSize, first ? 0.0 : idle_timeout_s_);
+    first = false;
+    std::string bytes(static_cast<size_t>(n), '\0');
+    comms_.world.recv(bytes.data(), bytes.size(), 0, kTagPlan);
+    absl::StatusOr<StepPlan> plan = decode_plan(bytes);
+    LTM_ASSERT(plan.ok(), plan.status().ToString());
+    if (plan->kind == PlanKind::kKeepAlive) continue;
+    if (plan->kind == PlanKind::kShutdown) {
+      comms_.world.flush();
+      comms_.pp.flush();
+      return;
+    }
+    execute(*plan);
+  }
+}
+
+StepOutput Engine::execute(const StepPlan& plan) {
+  const ShardSpec& s = model_.shard();
+  const StepInput& in = plan.input;
+  const int64_t d = model_.config().n_embd;
+  const int64_t n = in.n_tokens();
+  const size_t hidden_bytes = static_cast<size_t>(std::max<int64_t>(n, 1) * d) * sizeof(float);
+  if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
+  float* hidden = hidden_.f32();
+
+  if (!s.is_first_stage()) {
+    CommTimer t(&comm_seconds_);
+    comms_.pp.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
+  }
+  model_.run_stage(in, hidden, cache_);
+  if (!s.is_last_stage()) {
+    backend_.synchronize();
+    CommTimer t(&comm_seconds_);
+    comms_.pp.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
+  }
+
+  StepOutput out;
+  const int world_rank = comms_.world.rank();
+  const int m = static_cast<int>(in.logit_rows.size());
+  if (s.is_last_stage()) {
+    std::vector<float> full;
+    out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr);
+    if (s.tp_rank == 0 && world_rank != 0) {
+      CommTimer t(&comm_seconds_);
+      comms_.world.post(out.samples.data(), m * sizeof(SampleResult), 0, kTagSamples);
+      if (plan.want_logits)
+        comms_.world.post(full.data(), full.size() * sizeof(float), 0, kTagLogits);
+    }
+    out.logits = std::move(full);
+  }
+  return out;
+}
+
+std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
+                                                    std::vector<float>* full_logits) {
+  const ShardSpec& s = model_.shard();
+  const StepInput& in = plan.input;
+  const int64_t m = static_cast<int64_t>(in.logit_rows.size());
+  const int64_t vl = model_.vocab_local();
+  const int64_t V = model_.config().vocab_size;
+  std::vector<SampleResult> samples(m);
+  if (m == 0) return samples;
+  const size_t bytes = static_cast<size_t>(m * vl) * sizeof(float);
+  if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
+  model_.compute_logits(in, hidden_.f32(), logits_.f32());
+  host_logits_.resize(static_cast<size_t>(m * vl));
+  backend_.copy_to_host(host_logits_.data(), logits_.data(), bytes);
+  backend_.synchronize();
+
+  std::vector<float> scratch;
+  if (s.tp > 1 && full_logits == nullptr) {
+    samples_from_candidates(plan, &samples);
+    return samples;
+  }
+  // The full vocabulary of every row: this rank's slice when tp = 1, else gathered (only when the
+  // caller wants the logits themselves, e.g. --dump-logits).
+  std::vector<float> gathered;
+  const float* rows = host_logits_.data();
+  int64_t stride = vl;
+  if (s.tp > 1) {
+    std::vector<float> all(static_cast<size_t>(s.tp * m * vl));
+    {
+      CommTimer t(&comm_seconds_);
+      comms_.tp.all_gather(host_logits_.data(), all.data(), bytes);
+    }
+    gathered.resize(static_cast<size_t>(m * s.tp * vl));
+    for (int r = 0; r < s.tp; ++r)
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(gathered.data() + i * s.tp * vl + r * vl, all.data() + (r * m + i) * vl,
+                    vl * sizeof(float));
+    rows = gathered.data();
+    stride = s.tp * vl;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const RowSampling& rs = plan.sampling[i];
+    Rng rng = token_rng(rs.params.seed, rs.token_index);
+    samples[i] = sample(std::span<const float>(rows + i * stride, V), rs.params, rs.history, rng,
+                        &scratch);
+  }
+  if (full_logits) {
+    full_logits->resize(static_cast<size_t>(m * V));
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(full_logits->data() + i * V, rows + i * stride, V * sizeof(float));
+  }
+  return samples;
+}
+
+// Vocab-parallel sampling: each TP rank of the last stage reduces its slice of every row to the
+// candidates sampling needs (1 for greedy, top_k with top-k, all of its valid ids only for top-p
+// without top-k) plus a partial softmax normalizer, and sends them to tp_rank 0, which samples.
+// The result equals sample() on the whole row (runtime/sampler.h).
+void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples) {
+  const ShardSpec& s = model_.shard();
+  const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
+  const int64_t vl = model_.vocab_local();
+  const parallel::Range vocab = model_.vocab_rows();
+  const int32_t valid = static_cast<int32_t>(parallel::valid_rows(vocab, model_.config().vocab_size));
+  // Blob per rank: for each row, [n (int32), max (float), sum_exp (double), n x Candidate].
+  std::string blob;
+  for (int64_t i = 0; i < m; ++i) {
+    const RowSampling& rs = plan.sampling[i];
+    CandidateSet cs = local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
+                                       static_cast<int32_t>(vocab.begin), valid, rs.params,
+                                       rs.history);
+    const int32_t n = static_cast<int32_t>(cs.candidates.size());
+    blob.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    blob.append(reinterpret_cast<const char*>(&cs.local_max), sizeof(cs.local_max));
+    blob.append(reinterpret_cast<const char*>(&cs.local_sum_exp), sizeof(cs.local_sum_exp));
+    blob.append(reinterpret_cast<const char*>(cs.candidates.data()), n * sizeof(Candidate));
+  }
+  CommTimer t(&comm_seconds_);
+  if (s.tp_rank != 0) {
+    int64_t size = static_cast<int64_t>(blob.size());
+    comms_.tp.send(&size, sizeof(size), 0, kTagCandidates);
+    comms_.tp.send(blob.data(), blob.size(), 0, kTagCandidates);
+    return;
+  }
+  std::vector<std::string> blobs(s.tp);
+  blobs[0] = std::move(blob);
+  for (int r = 1; r < s.tp; ++r) {
+    int64_t size = 0;
+    comms_.tp.recv(&size, sizeof(size), r, kTagCandidates);
+    blobs[r].resize(static_cast<size_t>(size));
+    comms_.tp.recv(blobs[r].data(), blobs[r].size(), r, kTagCandidates);
+  }
+  std::vector<size_t> pos(s.tp, 0);
+  std::vector<Candidate> candidates;
+  std::vector<LogNormalizer> norms(s.tp);
+  for (int64_t i = 0; i < m; ++i) {
+    candidates.clear();
+    for (int r = 0; r < s.tp; ++r) {
+      const char* p = blobs[r].data() + pos[r];
+      int32_t n = 0;
+      std::memcpy(&n, p, sizeof(n));
+      std::memcpy(&norms[r].max, p + 4, sizeof(float));
+      std::memcpy(&norms[r].sum_exp, p + 8, sizeof(double));
+      const size_t at = candidates.size();
+      candidates.resize(at + n);
+      std::memcpy(candidates.data() + at, p + 16, n * sizeof(Candidate));
+      pos[r] += 16 + n * sizeof(Candidate);
+    }
+    const RowSampling& rs = plan.sampling[i];
+    Rng rng = token_rng(rs.params.seed, rs.token_index);
+    (*samples)[i] = sample_from_candidates(candidates, combine_normalizers(norms, rs.params),
+                                           rs.params, rng);
+  }
+}
+
+}  // namespace ltm

@@ -1,0 +1,89 @@
+// Engine: runs one forward step on every rank of the group, as rank 0 plans it.
+//
+// Rank 0 calls step(plan): the plan is posted to all ranks (without waiting for them); each pipeline stage runs its
+// layers (receiving activations from the previous stage, sending to the next); the last stage
+// computes its vocab slice of the logits, the TP ranks of the last stage combine what sampling
+// needs, and the sampled ids travel back to rank 0. Every other rank sits in follow(), executing
+// plans until rank 0 calls shutdown().
+// Threading: step()/shutdown() from one thread on rank 0 only; follow() on the other ranks.
+// Failure: communication failures and timeouts abort the whole group (parallel/ watchdog).
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/model.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/engine/step_plan.h"
+
+namespace ltm {
+
+struct Comms {
+  parallel::Communicator& world;
+  parallel::Communicator& tp;  // this rank's TP group (same stage)
+  parallel::Communicator& pp;  // this rank's PP group (same tp_rank, one rank per stage)
+};
+
+struct StepOutput {
+  std::vector<SampleResult> samples;  // one per plan.input.logit_rows entry
+  std::vector<float> logits;          // [rows, vocab_size] when plan.want_logits
+};
+
+class Engine {
+ public:
+  Engine(Model& model, Backend& backend, KvCache& cache, Comms comms);
+
+  // Rank 0: runs `plan` on every rank and returns the sampled tokens (submit + collect).
+  StepOutput step(const StepPlan& plan);
+  // Rank 0, pipelined: submit() posts a plan to every rank and runs rank 0's stage on it, then returns
+  // while the later stages work; collect() returns the oldest submitted plan's samples (waiting
+  // for the last stage). With pp stages up to pp plans (micro-batches) keep every stage busy.
+  // A plan with want_logits should be collected before the next submit (its logits are large).
+  void submit(const StepPlan& plan);
+  StepOutput collect();
+  int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
+  // Rank 0: releases the other ranks from follow().
+  void shutdown();
+  // Rank 0, while idle: a plan with nothing to run, which resets the other ranks' idle timeout.
+  void keep_alive();
+  // Other ranks: once the first plan has arrived, waiting longer than `seconds` for the next one
+  // means rank 0 is stuck, and takes the group down (watchdog message, non-zero exit). <= 0 (the
+  // default): wait for ever. The first plan may take any time (rank 0 may still be loading).
+  void set_idle_timeout(double seconds) { idle_timeout_s_ = seconds; }
+  // Other ranks: executes the posted plans until shutdown.
+  void follow();
+
+  // Seconds spent in communication on this rank (plan posting excluded), for benchmarks.
+  double comm_seconds() const { return comm_seconds_; }
+
+ private:
+  StepOutput execute(const StepPlan& plan);
+  void post_plan(const StepPlan& plan);
+  std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits);
+  void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
+
+  Model& model_;
+  Backend& backend_;
+  KvCache& cache_;
+  Comms comms_;
+  int last_stage_root_ = 0;  // world rank of the last stage's tp_rank 0
+  struct InFlight {
+    int rows;
+    bool want_logits;
+  };
+  std::deque<InFlight> in_flight_;  // submitted plans whose samples the last stage will send
+  std::deque<StepOutput> ready_;    // results already here (rank 0 is on the last stage)
+  DeviceBuffer hidden_;      // [n_tokens, d]
+  DeviceBuffer logits_;      // [rows, vocab_local]
+  std::vector<float> host_logits_;
+  double comm_seconds_ = 0;
+  double idle_timeout_s_ = 0;
+};
+
+// The random stream for a request's `token_index`-th token.
+Rng token_rng(uint64_t seed, int32_t token_index);
+
+}  // namespace ltm

@@ -1,0 +1,38 @@
+// The step plan: what rank 0 sends to every rank before each forward step, and its wire
+// encoding (a flat little-endian byte string; every rank runs the same binary).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/model.h"
+#include "runtime/engine/sampler.h"
+
+namespace ltm {
+
+// How to sample one logit row. The random stream of a request's n-th token is a pure function
+// of (seed, n), so any rank can sample it and a preempted, recomputed sequence draws the same.
+struct RowSampling {
+  SamplingParams params;
+  int32_t token_index = 0;        // tokens generated before this one
+  std::vector<int32_t> history;   // prompt + generated ids; sent only when repetition_penalty != 1
+};
+
+// kKeepAlive: nothing to run; rank 0 sends one every --keepalive-s while idle so that the other
+// ranks can tell an idle coordinator from a stuck one (Engine::set_idle_timeout).
+enum class PlanKind : int32_t { kStep = 1, kShutdown = 2, kKeepAlive = 3 };
+
+struct StepPlan {
+  PlanKind kind = PlanKind::kStep;
+  StepInput input;
+  std::vector<RowSampling> sampling;  // one per input.logit_rows entry
+  bool want_logits = false;           // send the full logits of every logit row back to rank 0
+};
+
+std::string encode_plan(const StepPlan& plan);
+// Decodes what encode_plan wrote; DataLoss on a malformed buffer (a bug or a version mismatch).
+absl::StatusOr<StepPlan> decode_plan(const std::string& bytes);
+
+}  // namespace ltm

@@ -1,0 +1,299 @@
+#include "runtime/model/model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace ltm {
+
+using parallel::Range;
+
+parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank) {
+  // The LM head's GEMM is V d multiply-adds per token, a layer's GEMMs 12 d^2; but a layer also
+  // runs attention over the context, two layer norms, GELU and residuals, which the head does
+  // not. Measured on the CPU backend (perf, GPT-2-124M, pp 2, decode batches of 32, contexts of
+  // 32-96): a layer takes 1.3x its GEMM time, the head (with sampling) 1.07x. Counting GEMMs
+  // alone gave the last stage 3 of 12 layers and left stage 0 the slowest by ~20%.
+  constexpr double kLayerOverGemm = 1.3 / 1.07;
+  const double head_layers = static_cast<double>(config.vocab_size) /
+                             (12.0 * static_cast<double>(config.n_embd)) / kLayerOverGemm;
+  return parallel::balanced_layer_range(config.n_layer, pp, pp_rank, head_layers);
+}
+
+Model::Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
+             parallel::Communicator& tp_comm)
+    : config_(config), shard_(shard), backend_(backend), tp_comm_(tp_comm) {}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, Backend& backend,
+                                                   const ShardSpec& shard,
+                                                   parallel::Communicator& tp_comm) {
+  const ModelConfig& c = source.config();
+  LTM_RETURN_IF_ERROR(parallel::validate_layout(shard.tp * shard.pp, shard.tp, shard.pp, c.n_head,
+                                                c.n_layer, c.n_inner));
+  if (tp_comm.size() != shard.tp)
+    return absl::InternalError(absl::StrCat("TP communicator has ", tp_comm.size(),
+                                            " ranks but --tp is ", shard.tp));
+  std::unique_ptr<Model> m(new Model(c, shard, backend, tp_comm));
+  m->d_ = c.n_embd;
+  m->head_dim_ = c.head_dim();
+  m->layers_ = stage_layers(c, shard.pp, shard.pp_rank);
+  m->heads_ = parallel::head_range(c.n_head, shard.tp, shard.tp_rank);
+  m->ffn_ = parallel::ffn_range(c.n_inner, shard.tp, shard.tp_rank);
+  m->vocab_ = parallel::vocab_range(c.vocab_size, shard.tp, shard.tp_rank);
+  m->n_head_local_ = m->heads_.size();
+  m->d_local_ = m->n_head_local_ * m->head_dim_;
+  m->d_ff_local_ = m->ffn_.size();
+  LTM_RETURN_IF_ERROR(m->load_weights(source));
+  return m;
+}
+
+// Loads the local [rows, cols] tensor made of `parts` (slices of the HF tensor) side by side
+// along columns; rows a part lacks (vocab padding) are zero. A single part that is the whole
+// tensor (`whole`) is used in place when the source and backend allow it.
+DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
+                                const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
+                                bool whole, TensorUse use) {
+  const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(float);
+  weight_bytes_ += bytes;
+  if (whole) {
+    LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
+               parts[0].row_end == rows && parts[0].col_end == cols);
+    if (const float* p = source.f32_in_place(name)) return upload_tensor(p, rows, cols, use, true);
+  }
+  std::vector<float> host(static_cast<size_t>(rows * cols), 0.0f);
+  int64_t col0 = 0;
+  for (const SliceSpec& part : parts) {
+    const int64_t pr = part.row_end - part.row_begin;
+    const int64_t pc = part.col_end - part.col_begin;
+    if (parts.size() == 1) {
+      source.read_f32(name, part, host.data());
+    } else {
+      std::vector<float> tmp(static_cast<size_t>(pr * pc));
+      source.read_f32(name, part, tmp.data());
+      for (int64_t r = 0; r < pr; ++r)
+        std::copy_n(tmp.data() + r * pc, pc, host.data() + r * cols + col0);
+    }
+    col0 += pc;
+  }
+  return upload_tensor(host.data(), rows, cols, use, false);
+}
+
+DeviceBuffer Model::upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
+                                  bool host_outlives) {
+  switch (use) {
+    case TensorUse::kMatrix:
+      return backend_.upload_weight(host, rows, cols, host_outlives);
+    case TensorUse::kEmbedding:
+      return backend_.upload_embedding(host, rows, cols, host_outlives);
+    case TensorUse::kPlain:
+      break;
+  }
+  return backend_.upload(host, static_cast<size_t>(rows * cols) * sizeof(float), host_outlives);
+}
+
+absl::Status Model::load_weights(const WeightSource& source) {
+  const int64_t d = d_, dl = d_local_, V = config_.vocab_size;
+  const bool whole = shard_.tp == 1;  // a TP rank of one holds every tensor whole
+  constexpr TensorUse kMat = TensorUse::kMatrix;
+  auto vec = [&](const std::string& name, int64_t n) {  // a replicated vector
+    return load_tensor(source, name, {{0, n, 0, 1}}, n, 1, true);
+  };
+  // Q, K and V columns of this rank's heads, from the fused [d, 3d] weight / [3d] bias.
+  const int64_t h0 = heads_.begin * head_dim_, h1 = heads_.end * head_dim_;
+  auto qkv_cols = [&](int64_t rows) {
+    std::vector<SliceSpec> parts;
+    for (int64_t part = 0; part < 3; ++part) parts.push_back({0, rows, part * d + h0, part * d + h1});
+    return parts;
+  };
+  auto qkv_bias = [&] {
+    std::vector<SliceSpec> parts;
+    for (int64_t part = 0; part < 3; ++part) parts.push_back({part * d + h0, part * d + h1, 0, 1});
+    return parts;
+  };
+
+  if (shard_.is_first_stage() || shard_.is_last_stage()) {
+    // Vocab rows [begin, end) of the padded vocab; the real rows are those below V.
+    const int64_t real = parallel::valid_rows(vocab_, V);
+    wte_ = load_tensor(source, "wte.weight", {{vocab_.begin, vocab_.begin + real, 0, d}},
+                       vocab_.size(), d, whole, TensorUse::kEmbedding);
+  }
+  if (shard_.is_first_stage() && config_.position_embedding == PositionEmbedding::kLearned)
+    wpe_ = load_tensor(source, "wpe.weight", {{0, config_.n_positions, 0, d}},
+                       config_.n_positions, d, true);
+  if (shard_.is_last_stage()) {
+    ln_f_g_ = vec("ln_f.weight", d);
+    ln_f_b_ = vec("ln_f.bias", d);
+  }
+  for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+    const std::string p = absl::StrCat("h.", l, ".");
+    LayerWeights w;
+    w.ln_1_g = vec(p + "ln_1.weight", d);
+    w.ln_1_b = vec(p + "ln_1.bias", d);
+    if (shard_.tp == 1) {
+      w.attn_qkv_w =
+          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, kMat);
+      w.attn_qkv_b = vec(p + "attn.c_attn.bias", 3 * d);
+    } else {
+      w.attn_qkv_w =
+          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, kMat);
+      // A 1-D tensor's parts are row ranges; side by side they form one row of 3 * dl.
+      std::vector<float> b(3 * dl);
+      int64_t off = 0;
+      for (const SliceSpec& s : qkv_bias()) {
+        source.read_f32(p + "attn.c_attn.bias", s, b.data() + off);
+        off += s.row_end - s.row_begin;
+      }
+      weight_bytes_ += b.size() * sizeof(float);
+      w.attn_qkv_b = backend_.upload(b.data(), b.size() * sizeof(float), false);
+    }
+    w.attn_proj_w =
+        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, kMat);
+    w.attn_proj_b = vec(p + "attn.c_proj.bias", d);
+    w.ln_2_g = vec(p + "ln_2.weight", d);
+    w.ln_2_b = vec(p + "ln_2.bias", d);
+    w.mlp_fc_w = load_tensor(source, p + "mlp.c_fc.weight", {{0, d, ffn_.begin, ffn_.end}}, d,
+                             d_ff_local_, whole, kMat);
+    w.mlp_fc_b = load_tensor(source, p + "mlp.c_fc.bias", {{ffn_.begin, ffn_.end, 0, 1}},
+                             d_ff_local_, 1, whole);
+    w.mlp_proj_w = load_tensor(source, p + "mlp.c_proj.weight", {{ffn_.begin, ffn_.end, 0, d}},
+                               d_ff_local_, d, whole, kMat);
+    w.mlp_proj_b = vec(p + "mlp.c_proj.bias", d);
+    layer_.push_back(std::move(w));
+  }
+  return absl::OkStatus();
+}
+
+void Model::ensure_workspace(int64_t n) {
+  if (n <= workspace_tokens_) return;
+  n = std::max<int64_t>(n, 16);
+  const size_t f = sizeof(float);
+  ln_out_ = backend_.alloc(n * d_ * f);
+  qkv_ = backend_.alloc(n * 3 * d_local_ * f);
+  attn_out_ = backend_.alloc(n * d_local_ * f);
+  proj_out_ = backend_.alloc(n * d_ * f);
+  ff_ = backend_.alloc(n * d_ff_local_ * f);
+  workspace_tokens_ = n;
+}
+
+namespace {
+// Copies a host int32 array into a device buffer, growing the buffer as needed.
+const int32_t* upload_ints(Backend& backend, DeviceBuffer& buf, const std::vector<int32_t>& v) {
+  const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
+  if (buf.bytes() < bytes) buf = backend.alloc(std::max(bytes, buf.bytes() * 2));
+  backend.copy_to_device(buf.data(), v.data(), v.size() * sizeof(int32_t));
+  return buf.i32();
+}
+}  // namespace
+
+void Model::upload_step(const StepInput& step) {
+  AttentionArgs& a = attn_args_;
+  a.n_seqs = step.n_seqs();
+  a.n_tokens = step.n_tokens();
+  if (backend_.kind() == BackendKind::kCpu) {
+    // Host memory is device memory: point straight at the plan's arrays.
+    a.token_offsets = a.host_token_offsets = step.token_offsets.data();
+    a.context_lens = a.host_context_lens = step.context_lens.data();
+    a.block_tables = a.host_block_tables = step.block_tables.data();
+    a.slot_mapping = a.host_slot_mapping = step.slot_mapping.data();
+  } else {
+    a.token_offsets = upload_ints(backend_, d_token_offsets_, step.token_offsets);
+    a.context_lens = upload_ints(backend_, d_context_lens_, step.context_lens);
+    a.block_tables = upload_ints(backend_, d_block_tables_, step.block_tables);
+    a.slot_mapping = upload_ints(backend_, d_slot_mapping_, step.slot_mapping);
+    a.host_token_offsets = step.token_offsets.data();
+    a.host_context_lens = step.context_lens.data();
+    a.host_block_tables = step.block_tables.data();
+    a.host_slot_mapping = step.slot_mapping.data();
+  }
+  a.max_blocks_per_seq = step.max_blocks_per_seq;
+  a.max_context_len = 0;
+  a.max_new_tokens = 0;
+  for (int32_t s = 0; s < a.n_seqs; ++s) {
+    a.max_context_len = std::max(a.max_context_len, step.context_lens[s]);
+    a.max_new_tokens =
+        std::max(a.max_new_tokens, step.token_offsets[s + 1] - step.token_offsets[s]);
+  }
+  a.n_head = static_cast<int>(n_head_local_);
+  a.head_dim = static_cast<int>(head_dim_);
+}
+
+void Model::all_reduce(float* data, int64_t count) {
+  if (shard_.tp > 1) tp_comm_.all_reduce_sum(data, static_cast<size_t>(count));
+}
+
+void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
+  const int64_t n = step.n_tokens();
+  if (n == 0) return;
+  LTM_ASSERT(static_cast<int64_t>(step.token_offsets.size()) == step.n_seqs() + 1);
+  upload_step(step);
+  attn_args_.block_size = cache.block_size();
+  ensure_workspace(n);
+  const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
+  const float eps = config_.layer_norm_epsilon;
+  Backend& b = backend_;
+  const bool cpu = b.kind() == BackendKind::kCpu;
+  const int32_t* ids = cpu ? step.token_ids.data() : upload_ints(b, d_token_ids_, step.token_ids);
+  const int32_t* pos = cpu ? step.positions.data() : upload_ints(b, d_positions_, step.positions);
+
+  if (shard_.is_first_stage()) {
+    // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
+    b.embed(ids, wte_, vocab_.begin, vocab_.end, hidden, n, d);
+    all_reduce(hidden, n * d);
+    b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
+  }
+
+  float* ln = ln_out_.f32();
+  float* qkv = qkv_.f32();
+  float* attn = attn_out_.f32();
+  float* proj = proj_out_.f32();
+  float* ff = ff_.f32();
+  const bool tp = shard_.tp > 1;
+  for (size_t l = 0; l < layer_.size(); ++l) {
+    const LayerWeights& w = layer_[l];
+    // O = X + Attn(LN1(X))
+    b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
+    b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
+    b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
+    b.kv_cache_write(attn_args_, qkv, cache.k(l), cache.v(l));
+    b.paged_attention(attn_args_, qkv, cache.k(l), cache.v(l), attn);
+    if (tp) {
+      b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
+      all_reduce(proj, n * d);
+      b.add_bias(proj, w.attn_proj_b.f32(), n, d);
+      b.add(hidden, proj, n * d);
+    } else {
+      b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
+      b.add_bias(hidden, w.attn_proj_b.f32(), n, d);
+    }
+    // H = O + FFN(LN2(O))
+    b.layer_norm(hidden, w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
+    b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
+    b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
+    if (tp) {
+      b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
+      all_reduce(proj, n * d);
+      b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
+      b.add(hidden, proj, n * d);
+    } else {
+      b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
+      b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
+    }
+  }
+}
+
+void Model::compute_logits(const StepInput& step, const float* hidden, float* logits) {
+  const int64_t m = static_cast<int64_t>(step.logit_rows.size());
+  if (m == 0) return;
+  ensure_workspace(m);
+  const bool cpu = backend_.kind() == BackendKind::kCpu;
+  const int32_t* rows =
+      cpu ? step.logit_rows.data() : upload_ints(backend_, d_logit_rows_, step.logit_rows);
+  float* x = ln_out_.f32();
+  backend_.gather_rows(hidden, rows, x, m, d_);
+  backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
+  // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).
+  backend_.lm_head(x, wte_, logits, m, vocab_.size(), d_);
+}
+
+}  // namespace ltm

@@ -1,0 +1,141 @@
+// The GPT-2/GPT-3 forward pass on one rank's slices (docs/architecture.md "The model", "Ranks and slices").
+//
+// A Model holds this rank's weights: its pipeline stage's layers, its TP rank's heads and FFN
+// columns, and (first/last stage) its vocab rows of the tied embedding. One call of run_stage()
+// runs a whole batch of sequences, some in prefill (many new tokens) and some in decode (one),
+// through the stage's layers, reading and writing K/V through per-sequence block tables.
+// Communication is visible here: the two all-reduces per block go through the TP communicator.
+// Threading: one thread drives a Model. Failure: device/communicator errors abort the group;
+// loading errors come back as Status.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "parallel/communicator.h"
+#include "parallel/partition.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weight_source.h"
+
+namespace ltm {
+
+// Which part of the model this rank holds.
+struct ShardSpec {
+  int tp = 1;
+  int tp_rank = 0;
+  int pp = 1;
+  int pp_rank = 0;
+  bool is_first_stage() const { return pp_rank == 0; }
+  bool is_last_stage() const { return pp_rank == pp - 1; }
+};
+
+struct LayerWeights {
+  DeviceBuffer ln_1_g, ln_1_b;      // [d]
+  DeviceBuffer attn_qkv_w;          // [d, 3 * d_local]  Q | K | V columns of this rank's heads
+  DeviceBuffer attn_qkv_b;          // [3 * d_local]
+  DeviceBuffer attn_proj_w;         // [d_local, d]      rows of this rank's heads
+  DeviceBuffer attn_proj_b;         // [d]               added once, after the all-reduce
+  DeviceBuffer ln_2_g, ln_2_b;      // [d]
+  DeviceBuffer mlp_fc_w;            // [d, d_ff_local]
+  DeviceBuffer mlp_fc_b;            // [d_ff_local]
+  DeviceBuffer mlp_proj_w;          // [d_ff_local, d]
+  DeviceBuffer mlp_proj_b;          // [d]               added once, after the all-reduce
+};
+
+// One forward step for a batch of sequences, as host arrays (the plan every rank receives).
+// Sequence s owns batch rows [token_offsets[s], token_offsets[s+1]); after this step its context
+// holds context_lens[s] tokens.
+struct StepInput {
+  std::vector<int32_t> token_ids;      // [n_tokens]  (read by the first stage)
+  std::vector<int32_t> positions;      // [n_tokens]
+  std::vector<int32_t> slot_mapping;   // [n_tokens]  KV cache slot of each new token
+  std::vector<int32_t> token_offsets;  // [n_seqs + 1]
+  std::vector<int32_t> context_lens;   // [n_seqs]
+  std::vector<int32_t> block_tables;   // [n_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;     // batch rows whose logits the last stage computes
+
+  int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t n_seqs() const { return static_cast<int32_t>(context_lens.size()); }
+};
+
+// The layers of pipeline stage `pp_rank`: balanced so that the last stage, which also runs the
+// LM head (the work of V / (12 d) layers in GEMMs, less once a layer's attention and norms count:
+// see model.cpp), takes about as long as the others.
+parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank);
+
+class Model {
+ public:
+  // Loads this rank's slices from `source` onto `backend`. `tp_comm` is the TP group (size tp).
+  // Refuses (InvalidArgument) shapes this shard cannot split.
+  static absl::StatusOr<std::unique_ptr<Model>> load(const WeightSource& source, Backend& backend,
+                                                     const ShardSpec& shard,
+                                                     parallel::Communicator& tp_comm);
+
+  const ModelConfig& config() const { return config_; }
+  const ShardSpec& shard() const { return shard_; }
+  parallel::Range layers() const { return layers_; }
+  int64_t n_head_local() const { return n_head_local_; }
+  parallel::Range vocab_rows() const { return vocab_; }  // padded-vocab rows held (first/last stage)
+  int64_t vocab_local() const { return vocab_.size(); }
+  // Bytes of weights this rank holds (device memory, or the mapping when read in place).
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs the stage on `step`. First stage: embeds step.token_ids into `hidden` first; other
+  // stages: `hidden` holds the previous stage's output. On return `hidden` ([n_tokens, d],
+  // device) is this stage's output. Writes this step's K/V into `cache`.
+  void run_stage(const StepInput& step, float* hidden, KvCache& cache);
+
+  // Last stage: logits [logit_rows.size(), vocab_local] (device) of this rank's vocab rows for
+  // the batch rows in step.logit_rows (padding rows come out as 0 and must be ignored).
+  void compute_logits(const StepInput& step, const float* hidden, float* logits);
+
+ private:
+  Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
+        parallel::Communicator& tp_comm);
+  // How a loaded tensor is handed to the backend: as is, as a matmul weight (upload_weight), or
+  // as the tied embedding (upload_embedding).
+  enum class TensorUse { kPlain, kMatrix, kEmbedding };
+  absl::Status load_weights(const WeightSource& source);
+  DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
+                           const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
+                           bool whole, TensorUse use = TensorUse::kPlain);
+  DeviceBuffer upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
+                             bool host_outlives);
+  void upload_step(const StepInput& step);
+  void ensure_workspace(int64_t n_tokens);
+  void all_reduce(float* data, int64_t count);
+
+  ModelConfig config_;
+  ShardSpec shard_;
+  Backend& backend_;
+  parallel::Communicator& tp_comm_;
+  parallel::Range layers_, heads_, ffn_, vocab_;
+  int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
+  uint64_t weight_bytes_ = 0;
+
+  DeviceBuffer wte_;          // [vocab_local, d] (upload_embedding)  first and last stage
+  DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only
+  DeviceBuffer ln_f_g_, ln_f_b_;  // [d]          last stage
+  std::vector<LayerWeights> layer_;  // this stage's layers, in order
+
+  // Per-step metadata on the device, and its AttentionArgs.
+  DeviceBuffer d_token_ids_, d_positions_, d_slot_mapping_, d_token_offsets_, d_context_lens_,
+      d_block_tables_, d_logit_rows_;
+  AttentionArgs attn_args_;
+
+  // Workspace, grown to the largest step seen.
+  int64_t workspace_tokens_ = 0;
+  DeviceBuffer ln_out_;    // [n_tokens, d]
+  DeviceBuffer qkv_;       // [n_tokens, 3 * d_local]
+  DeviceBuffer attn_out_;  // [n_tokens, d_local]
+  DeviceBuffer proj_out_;  // [n_tokens, d]
+  DeviceBuffer ff_;        // [n_tokens, d_ff_local]
+  std::vector<float> host_reduce_;  // staging when the communicator needs host memory
+};
+
+}  // namespace ltm

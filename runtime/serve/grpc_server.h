@@ -1,0 +1,107 @@
+// The coordinator's gRPC front end: serves ltm.v1.Generation (proto/ltm/v1/ltm.proto), the
+// standard health service (grpc.health.v1.Health) and server reflection on one address.
+//
+// A call is validated (runtime/request_validation.h) and handed to the RequestSink; the sink's
+// events are streamed back as they come (GenerateStream) or collected (Generate: the same path).
+// Status mapping:
+//   - bad request -> INVALID_ARGUMENT (message names the field); nothing reaches the sink;
+//   - sink.submit() error -> the same code (ResourceExhausted -> RESOURCE_EXHAUSTED,
+//     Unavailable -> UNAVAILABLE, ...), with its message;
+//   - final event kError -> UNAVAILABLE when the error text says the engine is down (see
+//     engine_error_code), INTERNAL otherwise; kCancelled -> CANCELLED, or DEADLINE_EXCEEDED when
+//     the call's deadline has passed;
+//   - a request message over options.max_receive_message_bytes -> RESOURCE_EXHAUSTED (gRPC).
+// A client that cancels, disconnects or runs out of deadline has its call ended at once and the
+// request's CancelFlag set, so the engine frees it within a step; the call's deadline is also
+// copied into GenerationRequest::deadline.
+//
+// Threading: uses gRPC's callback API, so a call holds no thread while it waits for tokens (any
+// number of concurrent streams). Events from the sink are written without blocking the sink's
+// thread. Validation and tokenization run on gRPC's threads.
+//
+// Ownership: the sink and the tokenizer must outlive the GrpcServer. A call whose final event has
+// not arrived when the server is destroyed keeps its own state alive until it does (the sink
+// guarantees exactly one final event), so the sink may answer after the server is gone.
+//
+// Lifecycle: start() -> serving (health SERVING) -> begin_drain() (new Generate/GenerateStream
+// calls get UNAVAILABLE "server is draining", health NOT_SERVING; running calls go on; Tokenize
+// and GetModelInfo still answer) -> shutdown(deadline) (stops listening, waits for running calls
+// until the deadline, then cancels them) -> destroyed. The destructor shuts down with a zero
+// deadline if shutdown() was not called. Methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/serve/engine_info.h"
+#include "runtime/serve/request.h"
+#include "runtime/text/tokenizer.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ltm {
+
+namespace grpc_server_internal {
+struct State;   // shared with the calls; outlives the server while calls wait for the engine
+class Service;  // the ltm.v1.Generation implementation
+}  // namespace grpc_server_internal
+
+struct GrpcServerOptions {
+  // host:port; port 0 picks a free port (read it back with GrpcServer::port()). Plaintext: the
+  // coordinator is meant for a cluster network, put TLS in front of it otherwise.
+  std::string address = "0.0.0.0:50051";
+  int max_receive_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+  int max_send_message_bytes = 64 << 20;
+};
+
+// The status code for an engine failure reported as FinishReason::kError with text `error`:
+// kUnavailable when the text says the engine or group is gone (case-insensitive: "unavailable",
+// "shutting down", "shut down", "engine died", "engine failed", "engine is down", "rank",
+// "timed out", "timeout"), so clients retry elsewhere; kInternal for a failure of this one request.
+absl::StatusCode engine_error_code(std::string_view error);
+
+class GrpcServer {
+ public:
+  // Builds and starts the server. Unavailable when the address cannot be bound. `info` is copied.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> start(const GrpcServerOptions& options,
+                                                           RequestSink& sink,
+                                                           const Tokenizer& tokenizer,
+                                                           EngineInfo info);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  int port() const { return port_; }        // the bound port
+  const std::string& address() const { return address_; }  // host:port actually bound
+
+  // New generation calls get UNAVAILABLE from now on; health reports NOT_SERVING. Idempotent.
+  void begin_drain();
+  bool draining() const;
+  // Drains, stops accepting calls, waits for running calls until `deadline`, then cancels the
+  // rest and returns once every call has ended. Idempotent (later calls return at once).
+  void shutdown(std::chrono::system_clock::time_point deadline);
+  // Blocks until shutdown() has finished (e.g. a main thread waiting while a signal handler
+  // thread calls shutdown).
+  void wait();
+
+  // Calls currently running (Generate + GenerateStream), for tests and logs.
+  int64_t active_calls() const;
+
+ private:
+  GrpcServer() = default;
+
+  std::shared_ptr<grpc_server_internal::State> state_;
+  std::unique_ptr<grpc_server_internal::Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+};
+
+}  // namespace ltm

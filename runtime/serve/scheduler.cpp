@@ -1,0 +1,428 @@
+#include "runtime/serve/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace ltm {
+
+using Clock = std::chrono::steady_clock;
+
+struct Scheduler::Sequence {
+  uint64_t id = 0;
+  GenerationRequest req;
+  EventCallback on_event;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;       // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // block table
+  std::unique_ptr<StreamingDecoder> decoder;
+  std::unique_ptr<StopMatcher> stop;
+  bool prompt_logits_sent = false;
+  Clock::time_point t_submit, t_first_token;
+  bool finished = false;
+  bool busy = false;  // in a plan that is still in flight
+  // This step's share (filled while planning).
+  int32_t chunk = 0;
+  int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+};
+
+Scheduler::Scheduler(Engine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
+                     int32_t n_blocks, int32_t block_size, SchedulerOptions options)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      config_(config),
+      block_size_(block_size),
+      options_(options),
+      blocks_(n_blocks) {
+  stats_.kv_blocks_total = n_blocks;
+  stats_.kv_blocks_free = n_blocks;
+  stats_.block_size = block_size;
+}
+
+Scheduler::~Scheduler() = default;
+
+absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event) {
+  const int64_t total = static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens;
+  const int64_t cache_tokens = static_cast<int64_t>(blocks_.n_total()) * block_size_;
+  if (total > cache_tokens)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens: prompt (", request.prompt_ids.size(), ") + max_new_tokens (",
+        request.max_new_tokens, ") = ", total, " tokens do not fit the KV cache (", cache_tokens,
+        " tokens); ask for fewer"));
+  if (!request.stop.empty() && tokenizer_ == nullptr)
+    return absl::InvalidArgumentError("stop: this server has no tokenizer to match stop strings");
+  auto seq = std::make_unique<Sequence>();
+  seq->tokens = request.prompt_ids;
+  seq->n_prompt = static_cast<int32_t>(request.prompt_ids.size());
+  if (tokenizer_) seq->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+  seq->stop = std::make_unique<StopMatcher>(request.stop);
+  seq->req = std::move(request);
+  seq->on_event = std::move(on_event);
+  seq->t_submit = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("server is draining; not taking new requests");
+    if (stats_.queue_depth >= options_.max_queue)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("queue is full (", options_.max_queue, " requests waiting); retry later"));
+    seq->id = next_seq_id_++;
+    incoming_.push_back(std::move(seq));
+    stats_.queue_depth++;
+  }
+  cv_.notify_one();
+  return absl::OkStatus();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Scheduler::take_incoming() {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!incoming_.empty()) {
+    waiting_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+}
+
+void Scheduler::emit(Sequence* seq, GenerationEvent event) {
+  if (seq->on_event) seq->on_event(std::move(event));
+}
+
+void Scheduler::finish(Sequence* seq, FinishReason reason, std::string error) {
+  if (seq->finished) return;
+  seq->finished = true;
+  GenerationEvent ev;
+  if (reason != FinishReason::kStop && reason != FinishReason::kCancelled &&
+      reason != FinishReason::kError) {
+    // Whatever the decoder and stop matcher still hold is part of the output.
+    std::string rest = seq->decoder ? seq->decoder->flush() : std::string();
+    StopMatcher::Result r = seq->stop->push(rest);
+    ev.text = r.emit + (r.stopped ? std::string() : seq->stop->flush());
+    if (r.stopped) reason = FinishReason::kStop;
+  }
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = std::move(error);
+  ev.prompt_tokens = seq->n_prompt;
+  ev.completion_tokens = seq->generated();
+  const auto now = Clock::now();
+  ev.total_time_s = std::chrono::duration<double>(now - seq->t_submit).count();
+  if (seq->generated() > 0)
+    ev.time_to_first_token_s =
+        std::chrono::duration<double>(seq->t_first_token - seq->t_submit).count();
+  blocks_.release(seq->blocks);
+  seq->blocks.clear();
+  emit(seq, std::move(ev));
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.requests_served++;
+}
+
+void Scheduler::reap_cancelled() {
+  const auto now = Clock::now();
+  // A sequence in flight is reaped once its plan is back (its samples must be matched first).
+  auto dead = [&](const Sequence& s) {
+    return !s.busy &&
+           (s.req.cancel->cancelled.load(std::memory_order_relaxed) || now >= s.req.deadline);
+  };
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (dead(**it)) {
+      finish(it->get(), FinishReason::kCancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (dead(**it)) {
+      finish(it->get(), FinishReason::kCancelled);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  blocks_.release(seq->blocks);
+  seq->blocks.clear();
+  seq->n_computed = 0;  // recomputed from its tokens (prompt + generated) when readmitted
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.preemptions++;
+}
+
+// One plan's worth of sequences, remembered until its samples come back.
+struct Scheduler::InFlightPlan {
+  struct Row {
+    Sequence* seq;
+    bool sample;  // the row a new token is drawn from (else a prompt-logits row)
+  };
+  std::vector<Sequence*> batch;
+  std::vector<Row> rows;  // one per logit row
+  bool want_logits = false;
+};
+
+bool Scheduler::step() {
+  take_incoming();
+  reap_cancelled();
+  const bool submitted = submit_plan();
+  const int in_flight = engine_.in_flight();
+  if (in_flight > 0 && (!submitted || in_flight >= options_.micro_batches ||
+                        in_flight_.back()->want_logits)) {
+    StepOutput out = engine_.collect();
+    std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    process_results(*plan, out);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.kv_blocks_free = blocks_.n_free();
+  stats_.running = static_cast<int32_t>(running_.size());
+  stats_.queue_depth = static_cast<int32_t>(waiting_.size() + incoming_.size());
+  return submitted || engine_.in_flight() > 0 || !running_.empty() || !waiting_.empty();
+}
+
+bool Scheduler::submit_plan() {
+  // With several micro-batches (pipeline stages), each plan takes its share of the sequences
+  // so that every stage has one to work on.
+  const int64_t active = static_cast<int64_t>(running_.size() + waiting_.size());
+  const int64_t max_seqs = std::max<int64_t>(
+      1, (active + options_.micro_batches - 1) / std::max(1, options_.micro_batches));
+  int32_t budget = options_.max_batch_tokens;
+  auto plan = std::make_unique<InFlightPlan>();
+  std::vector<Sequence*>& batch = plan->batch;
+  // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
+  // newest one that is neither in flight nor in this batch (possibly this very sequence).
+  for (auto it = running_.begin();
+       it != running_.end() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs;) {
+    Sequence* seq = it->get();
+    if (seq->busy) {
+      ++it;
+      continue;
+    }
+    const int32_t pending = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
+    const int32_t chunk = std::min(pending, budget);
+    const int32_t need = blocks_for(seq->n_computed + chunk, block_size_) -
+                         static_cast<int32_t>(seq->blocks.size());
+    bool self_preempted = false;
+    while (need > blocks_.n_free()) {
+      auto victim = std::prev(running_.end());
+      while (victim->get() != seq && (*victim)->busy) --victim;
+      if (victim->get() == seq) self_preempted = true;
+      preempt(victim->get());
+      waiting_.push_front(std::move(*victim));
+      if (self_preempted) {
+        it = running_.erase(victim);
+        break;
+      }
+      running_.erase(victim);
+    }
+    if (self_preempted) continue;
+    if (need > 0) LTM_ASSERT(blocks_.allocate(need, &seq->blocks));
+    seq->chunk = chunk;
+    budget -= chunk;
+    batch.push_back(seq);
+    ++it;
+  }
+  // 2. Admit waiting requests in order while blocks and budget allow. A request is admitted
+  // only when its whole current context fits, so that admission does not cause preemption.
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs &&
+         static_cast<int32_t>(running_.size()) < options_.max_running) {
+    Sequence* seq = waiting_.front().get();
+    const int32_t total_blocks = blocks_for(static_cast<int32_t>(seq->tokens.size()) + 1, block_size_);
+    if (total_blocks > blocks_.n_free()) break;
+    const int32_t chunk = std::min(static_cast<int32_t>(seq->tokens.size()), budget);
+    LTM_ASSERT(blocks_.allocate(blocks_for(chunk, block_size_), &seq->blocks));
+    seq->chunk = chunk;
+    budget -= chunk;
+    batch.push_back(seq);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (batch.empty()) return false;
+
+  // 3. The plan every rank runs.
+  StepPlan step;
+  StepInput& in = step.input;
+  int32_t max_blocks = 0;
+  for (Sequence* seq : batch) max_blocks = std::max(max_blocks, static_cast<int32_t>(seq->blocks.size()));
+  in.max_blocks_per_seq = max_blocks;
+  in.token_offsets.push_back(0);
+  for (Sequence* seq : batch) {
+    seq->busy = true;
+    const int32_t row0 = in.n_tokens();
+    for (int32_t i = 0; i < seq->chunk; ++i) {
+      const int32_t pos = seq->n_computed + i;
+      in.token_ids.push_back(seq->tokens[pos]);
+      in.positions.push_back(pos);
+      in.slot_mapping.push_back(seq->blocks[pos / block_size_] * block_size_ + pos % block_size_);
+    }
+    in.token_offsets.push_back(in.n_tokens());
+    in.context_lens.push_back(seq->n_computed + seq->chunk);
+    for (int32_t b = 0; b < max_blocks; ++b)
+      in.block_tables.push_back(b < static_cast<int32_t>(seq->blocks.size()) ? seq->blocks[b] : 0);
+    const bool completes = seq->n_computed + seq->chunk == static_cast<int32_t>(seq->tokens.size());
+    RowSampling rs;
+    rs.params = seq->req.sampling;
+    rs.token_index = seq->generated();
+    if (rs.params.repetition_penalty != 1.0f) rs.history = seq->tokens;
+    if (seq->req.return_prompt_logits && !seq->prompt_logits_sent) {
+      // Every prompt position in this chunk, except the one a token is sampled from below.
+      const int32_t last = std::min(seq->n_computed + seq->chunk, seq->n_prompt);
+      for (int32_t pos = seq->n_computed; pos < last; ++pos) {
+        if (completes && pos == seq->n_computed + seq->chunk - 1) continue;
+        in.logit_rows.push_back(row0 + pos - seq->n_computed);
+        step.sampling.push_back(rs);
+        plan->rows.push_back({seq, false});
+      }
+      step.want_logits = true;
+    }
+    if (completes) {
+      in.logit_rows.push_back(in.n_tokens() - 1);
+      step.sampling.push_back(rs);
+      plan->rows.push_back({seq, true});
+      if (seq->req.return_full_logits || seq->req.return_prompt_logits) step.want_logits = true;
+    }
+  }
+  plan->want_logits = step.want_logits;
+
+  // 4. Run it on every rank (rank 0's stage now, the later stages while we plan the next one).
+  engine_.submit(step);
+  in_flight_.push_back(std::move(plan));
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.steps++;
+  return true;
+}
+
+void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
+  for (Sequence* seq : plan.batch) {
+    seq->n_computed += seq->chunk;
+    seq->busy = false;
+  }
+  const int64_t V = config_.vocab_size;
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    Sequence* seq = plan.rows[r].seq;
+    std::vector<float> row;
+    if (plan.want_logits && !out.logits.empty())
+      row.assign(out.logits.begin() + r * V, out.logits.begin() + (r + 1) * V);
+    if (!plan.rows[r].sample) {
+      GenerationEvent ev;
+      ev.prompt_logits = std::move(row);
+      emit(seq, std::move(ev));
+      continue;
+    }
+    if (seq->req.return_prompt_logits && !seq->prompt_logits_sent) {
+      seq->prompt_logits_sent = true;
+      if (seq->generated() == 0) {  // the last prompt position's logits are this row's
+        GenerationEvent ev;
+        ev.prompt_logits = row;
+        emit(seq, std::move(ev));
+      }
+    }
+    on_token(seq, out.samples[r], seq->req.return_full_logits ? &row : nullptr);
+  }
+  // Drop finished sequences.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->finished)
+      it = running_.erase(it);
+    else
+      ++it;
+  }
+}
+
+void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits) {
+  if (seq->generated() == 0) seq->t_first_token = Clock::now();
+  seq->tokens.push_back(sample.token);
+  GenerationEvent ev;
+  ev.token_ids.push_back(sample.token);
+  if (seq->req.return_logprobs) ev.logprobs.push_back(sample.logprob);
+  if (logits) ev.full_logits = std::move(*logits);
+  const bool eos = !seq->req.ignore_eos && config_.eos_token_id >= 0 &&
+                   sample.token == config_.eos_token_id;
+  bool stopped = false;
+  if (!eos && seq->decoder) {
+    StopMatcher::Result r = seq->stop->push(seq->decoder->push(sample.token));
+    ev.text = std::move(r.emit);
+    stopped = r.stopped;
+  }
+  emit(seq, std::move(ev));
+  if (eos)
+    finish(seq, FinishReason::kEos);
+  else if (stopped)
+    finish(seq, FinishReason::kStop);
+  else if (seq->generated() >= seq->req.max_new_tokens ||
+           static_cast<int64_t>(seq->tokens.size()) >= config_.n_positions)
+    finish(seq, FinishReason::kLength);
+}
+
+void Scheduler::run_until_idle() {
+  while (step()) {
+  }
+}
+
+void Scheduler::serve() {
+  const bool keepalive = options_.keepalive_s > 0;
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(keepalive ? options_.keepalive_s : 1.0));
+  if (keepalive) engine_.keep_alive();  // arms the other ranks' idle timeout
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto has_work = [&] {
+        return stopping_ || !incoming_.empty() || !running_.empty() || !waiting_.empty();
+      };
+      if (keepalive) {
+        if (!cv_.wait_for(lock, period, has_work)) {
+          lock.unlock();
+          engine_.keep_alive();
+          continue;
+        }
+      } else {
+        cv_.wait(lock, has_work);
+      }
+      if (stopping_ && incoming_.empty() && running_.empty() && waiting_.empty()) return;
+      if (stopping_ && Clock::now() >= drain_deadline_) {
+        lock.unlock();
+        collect_all();
+        take_incoming();
+        const std::string why = "server shut down: the drain timeout passed; retry elsewhere";
+        for (auto& s : running_) finish(s.get(), FinishReason::kCancelled, why);
+        for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, why);
+        running_.clear();
+        waiting_.clear();
+        return;
+      }
+    }
+    step();
+  }
+}
+
+void Scheduler::stop(Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    drain_deadline_ = deadline;
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::collect_all() {
+  while (!in_flight_.empty()) {
+    StepOutput out = engine_.collect();
+    std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    process_results(*plan, out);
+  }
+}
+
+void Scheduler::fail_all(const std::string& error) {
+  take_incoming();
+  for (auto& s : running_) finish(s.get(), FinishReason::kError, error);
+  for (auto& s : waiting_) finish(s.get(), FinishReason::kError, error);
+  running_.clear();
+  waiting_.clear();
+}
+
+}  // namespace ltm

@@ -1,0 +1,105 @@
+// The scheduler: iteration-level (continuous) batching over the paged KV cache, on rank 0.
+//
+// Every step it: drops cancelled and expired sequences (their blocks are free at once); gives
+// each running sequence its next tokens (one for a decode, a chunk of a long prompt) within a
+// per-step token budget, preempting the newest sequence when KV blocks run out (it is recomputed
+// later, never dropped); admits waiting requests in arrival order while blocks and budget allow;
+// sends the plan to the Engine; turns sampled ids into events (text, stop strings, EOS, length).
+// Threading: submit()/stats()/drain()/stop() from any thread; run_until_idle()/serve() on the
+// one step thread, which also calls every EventCallback.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/engine/engine.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/serve/request.h"
+#include "runtime/text/stop_strings.h"
+#include "runtime/text/tokenizer.h"
+
+namespace ltm {
+
+struct SchedulerOptions {
+  int32_t max_batch_tokens = 512;  // new tokens per step (bounds prefill chunks)
+  int32_t max_running = 64;        // sequences in the running batch
+  int32_t max_queue = 256;         // waiting requests before RESOURCE_EXHAUSTED
+  int32_t micro_batches = 1;       // plans in flight at once: the pipeline depth (pp) keeps every stage busy
+  double keepalive_s = 0;          // serve(): a keep-alive plan after this long idle (<= 0: none)
+};
+
+struct SchedulerStats {
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_free = 0;
+  int32_t block_size = 0;
+  int32_t queue_depth = 0;
+  int32_t running = 0;
+  int64_t requests_served = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+};
+
+class Scheduler final : public RequestSink {
+ public:
+  // `tokenizer` may be null (ids only: events carry no text and stop strings are refused).
+  Scheduler(Engine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
+            int32_t n_blocks, int32_t block_size, SchedulerOptions options);
+  ~Scheduler() override;
+
+  absl::Status submit(GenerationRequest request, EventCallback on_event) override;
+
+  // Runs steps until nothing is queued or running.
+  void run_until_idle();
+  // Runs steps as work arrives until stop(); then finishes what is running (or cancels it once
+  // the drain deadline passes) and returns.
+  void serve();
+  // New submits get Unavailable; serve() returns once running work is finished, or, after
+  // `deadline`, cancelled.
+  void stop(std::chrono::steady_clock::time_point deadline);
+  // Fails every queued and running request with `error` (the engine is going down).
+  void fail_all(const std::string& error);
+
+  SchedulerStats stats() const;
+
+ private:
+  struct Sequence;
+  struct InFlightPlan;
+  bool step();         // false when there was nothing to do
+  bool submit_plan();  // false when no sequence could be scheduled
+  void process_results(InFlightPlan& plan, StepOutput& out);
+  void collect_all();  // waits for every plan in flight and processes its samples
+  void take_incoming();
+  void reap_cancelled();
+  void preempt(Sequence* seq);
+  void finish(Sequence* seq, FinishReason reason, std::string error = {});
+  void emit(Sequence* seq, GenerationEvent event);
+  void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row);
+
+  Engine& engine_;
+  const Tokenizer* tokenizer_;
+  ModelConfig config_;
+  int32_t block_size_;
+  SchedulerOptions options_;
+  BlockAllocator blocks_;
+
+  mutable std::mutex mu_;  // guards incoming_, stopping_, stats snapshot
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> incoming_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point drain_deadline_;
+  SchedulerStats stats_;
+
+  // Step thread only.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::list<std::unique_ptr<Sequence>> running_;  // in admission order
+  std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
+  uint64_t next_seq_id_ = 1;
+};
+
+}  // namespace ltm

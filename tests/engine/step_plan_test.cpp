@@ -1,0 +1,93 @@
+// The step plan's wire encoding: every field survives the round trip, each plan kind decodes to
+// itself, and a truncated, extended or unknown-kind buffer is refused (DataLoss), never misread.
+#include "runtime/engine/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace ltm {
+namespace {
+
+StepPlan sample_plan() {
+  StepPlan p;
+  p.kind = PlanKind::kStep;
+  StepInput& in = p.input;
+  in.token_ids = {50256, 11, 7, 3};
+  in.positions = {0, 1, 40, 41};
+  in.slot_mapping = {16, 17, 104, 105};
+  in.token_offsets = {0, 2, 4};
+  in.context_lens = {2, 42};
+  in.max_blocks_per_seq = 3;
+  in.block_tables = {1, 0, 0, 4, 5, 6};
+  in.logit_rows = {1, 3};
+  RowSampling a;
+  a.params.temperature = 0.7f;
+  a.params.top_k = 40;
+  a.params.top_p = 0.9f;
+  a.params.repetition_penalty = 1.3f;
+  a.params.seed = 0x123456789abcdefull;
+  a.token_index = 5;
+  a.history = {50256, 11, 9};
+  RowSampling b;
+  b.token_index = 0;
+  p.sampling = {a, b};
+  p.want_logits = true;
+  return p;
+}
+
+TEST(StepPlan, RoundTripKeepsEveryField) {
+  const StepPlan p = sample_plan();
+  absl::StatusOr<StepPlan> q = decode_plan(encode_plan(p));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->kind, p.kind);
+  EXPECT_EQ(q->want_logits, true);
+  EXPECT_EQ(q->input.token_ids, p.input.token_ids);
+  EXPECT_EQ(q->input.positions, p.input.positions);
+  EXPECT_EQ(q->input.slot_mapping, p.input.slot_mapping);
+  EXPECT_EQ(q->input.token_offsets, p.input.token_offsets);
+  EXPECT_EQ(q->input.context_lens, p.input.context_lens);
+  EXPECT_EQ(q->input.block_tables, p.input.block_tables);
+  EXPECT_EQ(q->input.max_blocks_per_seq, 3);
+  EXPECT_EQ(q->input.logit_rows, p.input.logit_rows);
+  ASSERT_EQ(q->sampling.size(), 2u);
+  const RowSampling& a = q->sampling[0];
+  EXPECT_EQ(a.params.temperature, 0.7f);
+  EXPECT_EQ(a.params.top_k, 40);
+  EXPECT_EQ(a.params.top_p, 0.9f);
+  EXPECT_EQ(a.params.repetition_penalty, 1.3f);
+  EXPECT_EQ(a.params.seed, 0x123456789abcdefull);
+  EXPECT_EQ(a.token_index, 5);
+  EXPECT_EQ(a.history, (std::vector<int32_t>{50256, 11, 9}));
+  EXPECT_TRUE(q->sampling[1].history.empty());
+}
+
+TEST(StepPlan, EveryKindDecodesToItself) {
+  for (PlanKind kind : {PlanKind::kStep, PlanKind::kShutdown, PlanKind::kKeepAlive}) {
+    StepPlan p;
+    p.kind = kind;
+    absl::StatusOr<StepPlan> q = decode_plan(encode_plan(p));
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_EQ(q->kind, kind);
+    EXPECT_EQ(q->input.n_tokens(), 0);
+  }
+}
+
+TEST(StepPlan, MalformedBuffersAreRefused) {
+  const std::string bytes = encode_plan(sample_plan());
+  for (size_t n : {size_t{0}, size_t{3}, bytes.size() / 2, bytes.size() - 1}) {
+    absl::StatusOr<StepPlan> q = decode_plan(bytes.substr(0, n));
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kDataLoss) << n << " of " << bytes.size();
+  }
+  EXPECT_EQ(decode_plan(bytes + "x").status().code(), absl::StatusCode::kDataLoss);
+  // The kind is the int32 after the 4-byte magic: 0 and 4 are not kinds.
+  for (int32_t bad : {0, 4, -1}) {
+    std::string b = bytes;
+    std::memcpy(b.data() + 4, &bad, sizeof(bad));
+    EXPECT_EQ(decode_plan(b).status().code(), absl::StatusCode::kDataLoss) << "kind " << bad;
+  }
+}
+
+}  // namespace
+}  // namespace ltm
