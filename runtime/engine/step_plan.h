@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/model/model.h"
+#include "runtime/model/step_input.h"
 #include "runtime/engine/sampler.h"
 
 namespace ltm {

@@ -19,6 +19,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/step_input.h"
 #include "runtime/model/weight_source.h"
 
 namespace ltm {
@@ -45,28 +46,6 @@ struct LayerWeights {
   DeviceBuffer mlp_proj_w;          // [d_ff_local, d]
   DeviceBuffer mlp_proj_b;          // [d]               added once, after the all-reduce
 };
-
-// One forward step for a batch of sequences, as host arrays (the plan every rank receives).
-// Sequence s owns batch rows [token_offsets[s], token_offsets[s+1]); after this step its context
-// holds context_lens[s] tokens.
-struct StepInput {
-  std::vector<int32_t> token_ids;      // [n_tokens]  (read by the first stage)
-  std::vector<int32_t> positions;      // [n_tokens]
-  std::vector<int32_t> slot_mapping;   // [n_tokens]  KV cache slot of each new token
-  std::vector<int32_t> token_offsets;  // [n_seqs + 1]
-  std::vector<int32_t> context_lens;   // [n_seqs]
-  std::vector<int32_t> block_tables;   // [n_seqs, max_blocks_per_seq]
-  int32_t max_blocks_per_seq = 0;
-  std::vector<int32_t> logit_rows;     // batch rows whose logits the last stage computes
-
-  int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
-  int32_t n_seqs() const { return static_cast<int32_t>(context_lens.size()); }
-};
-
-// The layers of pipeline stage `pp_rank`: balanced so that the last stage, which also runs the
-// LM head (the work of V / (12 d) layers in GEMMs, less once a layer's attention and norms count:
-// see model.cpp), takes about as long as the others.
-parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank);
 
 class Model {
  public:
