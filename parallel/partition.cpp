@@ -125,4 +125,20 @@ absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int
   return absl::OkStatus();
 }
 
+double lm_head_layers(int64_t vocab_size, int64_t n_embd) {
+  return static_cast<double>(vocab_size) / (12.0 * static_cast<double>(n_embd)) /
+         kLayerOverHeadCost;
+}
+
+Range stage_layers(int64_t n_layer, int64_t vocab_size, int64_t n_embd, int pp, int pp_rank) {
+  return balanced_layer_range(n_layer, pp, pp_rank, lm_head_layers(vocab_size, n_embd));
+}
+
+int64_t max_stage_layers(int64_t n_layer, int64_t vocab_size, int64_t n_embd, int pp) {
+  int64_t most = 0;
+  for (int stage = 0; stage < pp; ++stage)
+    most = std::max(most, stage_layers(n_layer, vocab_size, n_embd, pp, stage).size());
+  return most;
+}
+
 }  // namespace ltm::parallel

@@ -33,12 +33,26 @@ Range layer_range(int64_t n_layer, int pp, int pp_rank);
 
 // Layers of stage `pp_rank` when the last stage also runs the LM head, whose work equals
 // `head_layers` layers (for GPT-2 shapes V d / (12 d^2) = V / (12 d) in GEMM work: 5.5 for
-// GPT-2-124M, 0.34 for GPT-3-175B; runtime/model.cpp discounts it for a layer's other work).
+// GPT-2-124M, 0.34 for GPT-3-175B; stage_layers below discounts it for a layer's other work).
 // The last stage gets fewer layers so that the stages take about the same time (a pipeline runs
 // at the pace of its slowest stage); every stage keeps at least one layer, the other stages split
 // the rest as layer_range does. head_layers = 0 gives layer_range.
 // Requires 1 <= pp <= n_layer, head_layers >= 0.
 Range balanced_layer_range(int64_t n_layer, int pp, int pp_rank, double head_layers);
+
+// The model's pipeline stages: the layers of stage `pp_rank` for a GPT model of `n_layer` layers,
+// width `n_embd` and vocabulary `vocab_size`, whose last stage also runs the LM head.
+// The head's GEMM is V d multiply-adds per token, a layer's 12 d^2; but a layer also runs
+// attention over the context, two layer norms, GELU and residuals, which the head does not.
+// Measured on the CPU backend (perf, GPT-2-124M, pp 2, decode batches of 32, contexts of 32-96):
+// a layer takes 1.3x its GEMM time, the head (with sampling) 1.07x, so the head counts as
+// V / (12 d) / (1.3 / 1.07) layers (4.49 for GPT-2-124M: 8 + 4 layers with pp 2). Counting GEMMs
+// alone gave the last stage 3 of 12 layers and left stage 0 the slowest by ~20%.
+inline constexpr double kLayerOverHeadCost = 1.3 / 1.07;
+double lm_head_layers(int64_t vocab_size, int64_t n_embd);
+Range stage_layers(int64_t n_layer, int64_t vocab_size, int64_t n_embd, int pp, int pp_rank);
+// The most layers any stage holds (what a rank's KV cache is sized for).
+int64_t max_stage_layers(int64_t n_layer, int64_t vocab_size, int64_t n_embd, int pp);
 
 // Attention heads of TP rank `tp_rank`. Requires n_head % tp == 0.
 Range head_range(int64_t n_head, int tp, int tp_rank);

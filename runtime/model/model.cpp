@@ -9,18 +9,6 @@ namespace ltm {
 
 using parallel::Range;
 
-parallel::Range stage_layers(const ModelConfig& config, int pp, int pp_rank) {
-  // The LM head's GEMM is V d multiply-adds per token, a layer's GEMMs 12 d^2; but a layer also
-  // runs attention over the context, two layer norms, GELU and residuals, which the head does
-  // not. Measured on the CPU backend (perf, GPT-2-124M, pp 2, decode batches of 32, contexts of
-  // 32-96): a layer takes 1.3x its GEMM time, the head (with sampling) 1.07x. Counting GEMMs
-  // alone gave the last stage 3 of 12 layers and left stage 0 the slowest by ~20%.
-  constexpr double kLayerOverGemm = 1.3 / 1.07;
-  const double head_layers = static_cast<double>(config.vocab_size) /
-                             (12.0 * static_cast<double>(config.n_embd)) / kLayerOverGemm;
-  return parallel::balanced_layer_range(config.n_layer, pp, pp_rank, head_layers);
-}
-
 Model::Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
              parallel::Communicator& tp_comm)
     : config_(config), shard_(shard), backend_(backend), tp_comm_(tp_comm) {}
@@ -37,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
   std::unique_ptr<Model> m(new Model(c, shard, backend, tp_comm));
   m->d_ = c.n_embd;
   m->head_dim_ = c.head_dim();
-  m->layers_ = stage_layers(c, shard.pp, shard.pp_rank);
+  m->layers_ = parallel::stage_layers(c.n_layer, c.vocab_size, c.n_embd, shard.pp, shard.pp_rank);
   m->heads_ = parallel::head_range(c.n_head, shard.tp, shard.tp_rank);
   m->ffn_ = parallel::ffn_range(c.n_inner, shard.tp, shard.tp_rank);
   m->vocab_ = parallel::vocab_range(c.vocab_size, shard.tp, shard.tp_rank);
@@ -176,36 +164,17 @@ void Model::ensure_workspace(int64_t n) {
   workspace_tokens_ = n;
 }
 
-namespace {
-// Copies a host int32 array into a device buffer, growing the buffer as needed.
-const int32_t* upload_ints(Backend& backend, DeviceBuffer& buf, const std::vector<int32_t>& v) {
-  const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
-  if (buf.bytes() < bytes) buf = backend.alloc(std::max(bytes, buf.bytes() * 2));
-  backend.copy_to_device(buf.data(), v.data(), v.size() * sizeof(int32_t));
-  return buf.i32();
-}
-}  // namespace
-
 void Model::upload_step(const StepInput& step) {
   AttentionArgs& a = attn_args_;
   a.n_seqs = step.n_seqs();
   a.n_tokens = step.n_tokens();
-  if (backend_.kind() == BackendKind::kCpu) {
-    // Host memory is device memory: point straight at the plan's arrays.
-    a.token_offsets = a.host_token_offsets = step.token_offsets.data();
-    a.context_lens = a.host_context_lens = step.context_lens.data();
-    a.block_tables = a.host_block_tables = step.block_tables.data();
-    a.slot_mapping = a.host_slot_mapping = step.slot_mapping.data();
-  } else {
-    a.token_offsets = upload_ints(backend_, d_token_offsets_, step.token_offsets);
-    a.context_lens = upload_ints(backend_, d_context_lens_, step.context_lens);
-    a.block_tables = upload_ints(backend_, d_block_tables_, step.block_tables);
-    a.slot_mapping = upload_ints(backend_, d_slot_mapping_, step.slot_mapping);
-    a.host_token_offsets = step.token_offsets.data();
-    a.host_context_lens = step.context_lens.data();
-    a.host_block_tables = step.block_tables.data();
-    a.host_slot_mapping = step.slot_mapping.data();
-  }
+  auto stage = [&](const std::vector<int32_t>& v, DeviceBuffer& staging) {
+    return backend_.stage_i32(v.data(), v.size(), staging);
+  };
+  a.token_offsets = stage(step.token_offsets, d_token_offsets_);
+  a.context_lens = stage(step.context_lens, d_context_lens_);
+  a.block_tables = stage(step.block_tables, d_block_tables_);
+  a.slot_mapping = stage(step.slot_mapping, d_slot_mapping_);
   a.max_blocks_per_seq = step.max_blocks_per_seq;
   a.max_context_len = 0;
   a.max_new_tokens = 0;
@@ -232,9 +201,8 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
   const float eps = config_.layer_norm_epsilon;
   Backend& b = backend_;
-  const bool cpu = b.kind() == BackendKind::kCpu;
-  const int32_t* ids = cpu ? step.token_ids.data() : upload_ints(b, d_token_ids_, step.token_ids);
-  const int32_t* pos = cpu ? step.positions.data() : upload_ints(b, d_positions_, step.positions);
+  const int32_t* ids = b.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
+  const int32_t* pos = b.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
@@ -286,9 +254,8 @@ void Model::compute_logits(const StepInput& step, const float* hidden, float* lo
   const int64_t m = static_cast<int64_t>(step.logit_rows.size());
   if (m == 0) return;
   ensure_workspace(m);
-  const bool cpu = backend_.kind() == BackendKind::kCpu;
   const int32_t* rows =
-      cpu ? step.logit_rows.data() : upload_ints(backend_, d_logit_rows_, step.logit_rows);
+      backend_.stage_i32(step.logit_rows.data(), step.logit_rows.size(), d_logit_rows_);
   float* x = ln_out_.f32();
   backend_.gather_rows(hidden, rows, x, m, d_);
   backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);

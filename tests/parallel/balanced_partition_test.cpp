@@ -40,5 +40,17 @@ TEST(BalancedLayerRange, Gpt2SmallGivesTheHeadStageFewerLayers) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(balanced_layer_range(96, 4, r, head175).size(), 24);
 }
 
+TEST(StageLayers, Gpt2SmallSplitsEightAndFour) {
+  // The head of GPT-2-124M counts as 50257 / (12 * 768) / (1.3 / 1.07) = 4.49 layers once a
+  // layer's attention and norms are counted: (12 + 4.49) / 2 = 8.2 per stage, 4 for the head's.
+  EXPECT_NEAR(lm_head_layers(50257, 768), 4.49, 0.01);
+  EXPECT_EQ(stage_layers(12, 50257, 768, 2, 0), (Range{0, 8}));
+  EXPECT_EQ(stage_layers(12, 50257, 768, 2, 1), (Range{8, 12}));
+  EXPECT_EQ(max_stage_layers(12, 50257, 768, 2), 8);
+  EXPECT_EQ(max_stage_layers(12, 50257, 768, 1), 12);
+  // GPT-3-175B: the head is worth 0.28 layers, too little to move one: 4 stages of 24.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(stage_layers(96, 50257, 12288, 4, r).size(), 24);
+}
+
 }  // namespace
 }  // namespace ltm::parallel
