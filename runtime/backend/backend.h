@@ -40,7 +40,8 @@ class DeviceBuffer {
   std::shared_ptr<void> owner_;  // frees the memory when the last holder goes
 };
 
-// Metadata of one forward step's attention, already on the device (see Model::forward).
+// Metadata of one forward step's attention, already on the device (Backend::stage_i32; see
+// Model::run_stage). The arrays are device pointers only; the scalars are host-side hints.
 // Sequence s owns the batch rows [token_offsets[s], token_offsets[s+1]): its new tokens,
 // at positions context_lens[s] - n_new .. context_lens[s] - 1. Its keys/values for positions
 // 0 .. context_lens[s]-1 live in the paged cache: position p is in block
@@ -58,11 +59,6 @@ struct AttentionArgs {
   int n_head = 0;              // heads on this rank
   int head_dim = 0;            // d_k
   int block_size = 0;          // tokens per KV block
-  // Host copies of the three arrays above (the CPU backend reads these; CUDA ignores them).
-  const int32_t* host_token_offsets = nullptr;
-  const int32_t* host_context_lens = nullptr;
-  const int32_t* host_block_tables = nullptr;
-  const int32_t* host_slot_mapping = nullptr;
 };
 
 enum class BackendKind { kCpu, kCuda };
@@ -98,6 +94,11 @@ class Backend {
                                         bool host_outlives) {
     return upload(host, static_cast<size_t>(rows * d) * sizeof(float), host_outlives);
   }
+  // A step's host int32 array `host[0..n)` where this backend's ops read it. The default copies
+  // it into `staging` (grown as needed; keep it for the next step) and returns the device copy;
+  // the CPU backend, whose device memory is host memory, returns `host` itself. Either way the
+  // host array must stay unchanged until the step's ops have run.
+  virtual const int32_t* stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging);
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;

@@ -125,7 +125,7 @@ void CpuBackend::gather_rows(const float* src, const int32_t* rows, float* dst, 
 }
 void CpuBackend::kv_cache_write(const AttentionArgs& a, const float* qkv, float* k_cache,
                                 float* v_cache) {
-  kernels::cpu::kv_cache_write(qkv, a.host_slot_mapping, a.n_tokens, a.n_head, a.head_dim,
+  kernels::cpu::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
                                a.block_size, k_cache, v_cache);
 }
 void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const float* k_cache,
@@ -136,9 +136,9 @@ void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const
                                           a.head_dim,
                                           a.block_size,
                                           a.max_blocks_per_seq,
-                                          a.host_token_offsets,
-                                          a.host_context_lens,
-                                          a.host_block_tables};
+                                          a.token_offsets,
+                                          a.context_lens,
+                                          a.block_tables};
   kernels::cpu::paged_attention(shape, qkv, k_cache, v_cache, out);
 }
 

@@ -20,6 +20,8 @@ class CpuBackend final : public Backend {
   DeviceBuffer alloc(size_t bytes) override;
   DeviceBuffer alloc_zeroed(size_t bytes) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
+  // Host memory is this backend's device memory: the ops read the host array itself.
+  const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }
   DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) override;
   void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
               float beta) override;

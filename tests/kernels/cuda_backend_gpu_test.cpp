@@ -372,10 +372,6 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
   args.n_head = c.n_head;
   args.head_dim = c.head_dim;
   args.block_size = bs;
-  args.host_token_offsets = token_offsets.data();
-  args.host_context_lens = context_lens.data();
-  args.host_block_tables = block_tables.data();
-  args.host_slot_mapping = slot_mapping.data();
   AttentionArgs cpu_args = args, gpu_args = args;
   cpu_args.token_offsets = t_offsets.cpu.i32();
   cpu_args.context_lens = t_ctx.cpu.i32();
