@@ -88,22 +88,17 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->bytes_read_per_rank.resize(rs->world->size());
   rs->world->world().all_gather(&my_bytes, rs->bytes_read_per_rank.data(), sizeof(uint64_t));
 
-  // KV cache: the same block count on every rank (sized for the stage with the most layers).
-  int64_t max_stage_layers = 0;
-  for (int stage = 0; stage < o.pp; ++stage)
-    max_stage_layers = std::max(max_stage_layers, stage_layers(config, o.pp, stage).size());
-  const int64_t per_block = KvCache::block_bytes(max_stage_layers, rs->model->n_head_local(),
-                                                 config.head_dim(), o.block_size);
-  const int32_t context_blocks = blocks_for(config.n_positions, o.block_size);
-  int64_t budget_mb = o.kv_memory_mb;
-  if (budget_mb == 0) budget_mb = o.listen.empty() ? 0 : 1024;
-  int64_t n_blocks = budget_mb > 0 ? (budget_mb << 20) / per_block : context_blocks;
-  if (n_blocks < context_blocks && o.kv_memory_mb == 0) n_blocks = context_blocks;
-  if (n_blocks < 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-memory-mb ", o.kv_memory_mb, " holds no KV block (one block takes ", per_block,
-        " bytes on this rank)"));
-  rs->n_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, 1 << 30));
+  // KV cache: the same block count on every rank (runtime/model/kv_cache.h, plan_kv_blocks).
+  KvSizing sizing;
+  sizing.n_layers_local = parallel::max_stage_layers(config.n_layer, config.vocab_size,
+                                                     config.n_embd, o.pp);
+  sizing.n_head_local = rs->model->n_head_local();
+  sizing.head_dim = config.head_dim();
+  sizing.n_positions = config.n_positions;
+  sizing.block_size = o.block_size;
+  sizing.kv_memory_mb = o.kv_memory_mb;
+  sizing.serving = !o.listen.empty();
+  LTM_ASSIGN_OR_RETURN(rs->n_blocks, plan_kv_blocks(sizing));
   rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
                                         rs->model->n_head_local(), config.head_dim(),
                                         o.block_size, rs->n_blocks);

@@ -1,8 +1,8 @@
 #include "runtime/model/kv_cache.h"
 
 #include <algorithm>
-#include <functional>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 
 namespace ltm {
@@ -25,28 +25,19 @@ int64_t KvCache::block_bytes(int64_t n_layers, int64_t n_head_local, int64_t hea
   return 2 * n_layers * n_head_local * block_size * head_dim * static_cast<int64_t>(sizeof(float));
 }
 
-BlockAllocator::BlockAllocator(int32_t n_blocks) : n_total_(n_blocks) {
-  free_.reserve(n_blocks);
-  for (int32_t b = 0; b < n_blocks; ++b) free_.push_back(b);  // ascending: already a min-heap
-}
-
-bool BlockAllocator::allocate(int32_t n, std::vector<int32_t>* out) {
-  if (n > n_free()) return false;
-  for (int32_t i = 0; i < n; ++i) {
-    std::pop_heap(free_.begin(), free_.end(), std::greater<int32_t>());
-    out->push_back(free_.back());
-    free_.pop_back();
-  }
-  return true;
-}
-
-void BlockAllocator::release(const std::vector<int32_t>& blocks) {
-  for (int32_t b : blocks) {
-    LTM_ASSERT(b >= 0 && b < n_total_, "block ", b, " out of range");
-    free_.push_back(b);
-    std::push_heap(free_.begin(), free_.end(), std::greater<int32_t>());
-  }
-  LTM_ASSERT(n_free() <= n_total_, "a block was released twice");
+absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& z) {
+  const int64_t per_block =
+      KvCache::block_bytes(z.n_layers_local, z.n_head_local, z.head_dim, z.block_size);
+  const int32_t context_blocks = blocks_for(z.n_positions, z.block_size);
+  int64_t budget_mb = z.kv_memory_mb;
+  if (budget_mb == 0) budget_mb = z.serving ? 1024 : 0;
+  int64_t n_blocks = budget_mb > 0 ? (budget_mb << 20) / per_block : context_blocks;
+  if (n_blocks < context_blocks && z.kv_memory_mb == 0) n_blocks = context_blocks;
+  if (n_blocks < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--kv-memory-mb ", z.kv_memory_mb,
+                                                   " holds no KV block (one block takes ",
+                                                   per_block, " bytes on this rank)"));
+  return static_cast<int32_t>(std::min<int64_t>(n_blocks, int64_t{1} << 30));
 }
 
 }  // namespace ltm

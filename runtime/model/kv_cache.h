@@ -1,4 +1,5 @@
-// Paged KV cache storage for this rank's layers and heads, and the block allocator rank 0 uses.
+// Paged KV cache storage for this rank's layers and heads, and how many blocks a rank holds.
+// (Which block a sequence gets is rank 0's business: runtime/serve/block_allocator.h.)
 //
 // Storage (every rank): per local layer, K and V each [n_blocks, n_head_local, block_size, d_k]
 // (device memory). Which blocks a sequence uses is decided by the scheduler on rank 0 and sent in
@@ -8,6 +9,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "runtime/backend/backend.h"
 #include "runtime/model/model_config.h"
@@ -32,25 +35,26 @@ class KvCache {
   std::vector<DeviceBuffer> k_, v_;
 };
 
-// Free list of block ids. Hands out the lowest free ids first (stable tests).
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int32_t n_blocks);
-  int32_t n_total() const { return n_total_; }
-  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-  bool allocate(int32_t n, std::vector<int32_t>* out);  // false (nothing taken) when short
-  void release(const std::vector<int32_t>& blocks);
-
- private:
-  int32_t n_total_;
-  // Min-heap of free ids (std::greater): the lowest free id comes out first, and a release costs
-  // O(log n) per block instead of re-sorting the whole free list.
-  std::vector<int32_t> free_;
-};
-
 // Blocks needed to hold `n_tokens` tokens.
 inline int32_t blocks_for(int64_t n_tokens, int32_t block_size) {
   return static_cast<int32_t>((n_tokens + block_size - 1) / block_size);
 }
+
+// The KV sizing policy: how many blocks every rank of a layout holds (the same count on every
+// rank, sized for the stage with the most layers). `kv_memory_mb` is the per-rank budget
+// (--kv-memory-mb); 0 means the default: 1024 MB when serving, else one full context (the
+// one-shot command runs one sequence). A budget below one context is honoured when given (the
+// scheduler preempts) but never chosen by default. InvalidArgument when the budget holds no
+// block. Capped at 2^30 blocks.
+struct KvSizing {
+  int64_t n_layers_local = 0;  // layers of the largest stage (parallel::max_stage_layers)
+  int64_t n_head_local = 0;
+  int64_t head_dim = 0;
+  int64_t n_positions = 0;     // the context length
+  int32_t block_size = 16;
+  int64_t kv_memory_mb = 0;
+  bool serving = false;
+};
+absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& sizing);
 
 }  // namespace ltm

@@ -20,6 +20,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/serve/block_allocator.h"
 #include "runtime/serve/request.h"
 #include "runtime/text/stop_strings.h"
 #include "runtime/text/tokenizer.h"
@@ -63,7 +64,7 @@ class Scheduler final : public RequestSink {
   // `deadline`, cancelled.
   void stop(std::chrono::steady_clock::time_point deadline);
   // Fails every queued and running request with `error` (the engine is going down).
-  void fail_all(const std::string& error);
+  void fail_all(const absl::Status& error);
 
   SchedulerStats stats() const;
 
@@ -77,7 +78,7 @@ class Scheduler final : public RequestSink {
   void take_incoming();
   void reap_cancelled();
   void preempt(Sequence* seq);
-  void finish(Sequence* seq, FinishReason reason, std::string error = {});
+  void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
   void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row);
 
