@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "runtime/engine/candidate_exchange.h"
 
 namespace ltm {
 namespace {
@@ -228,25 +229,21 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
 // Vocab-parallel sampling: each TP rank of the last stage reduces its slice of every row to the
 // candidates sampling needs (1 for greedy, top_k with top-k, all of its valid ids only for top-p
 // without top-k) plus a partial softmax normalizer, and sends them to tp_rank 0, which samples.
-// The result equals sample() on the whole row (runtime/sampler.h).
+// The result equals sample() on the whole row (runtime/engine/sampler.h).
 void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples) {
   const ShardSpec& s = model_.shard();
   const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
   const int64_t vl = model_.vocab_local();
   const parallel::Range vocab = model_.vocab_rows();
   const int32_t valid = static_cast<int32_t>(parallel::valid_rows(vocab, model_.config().vocab_size));
-  // Blob per rank: for each row, [n (int32), max (float), sum_exp (double), n x Candidate].
+  // One blob per rank for the whole batch (runtime/engine/candidate_exchange.h).
   std::string blob;
   for (int64_t i = 0; i < m; ++i) {
     const RowSampling& rs = plan.sampling[i];
-    CandidateSet cs = local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
+    append_candidates(local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
                                        static_cast<int32_t>(vocab.begin), valid, rs.params,
-                                       rs.history);
-    const int32_t n = static_cast<int32_t>(cs.candidates.size());
-    blob.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    blob.append(reinterpret_cast<const char*>(&cs.local_max), sizeof(cs.local_max));
-    blob.append(reinterpret_cast<const char*>(&cs.local_sum_exp), sizeof(cs.local_sum_exp));
-    blob.append(reinterpret_cast<const char*>(cs.candidates.data()), n * sizeof(Candidate));
+                                       rs.history),
+                      &blob);
   }
   CommTimer t(&comm_seconds_);
   if (s.tp_rank != 0) {
@@ -269,15 +266,8 @@ void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleRes
   for (int64_t i = 0; i < m; ++i) {
     candidates.clear();
     for (int r = 0; r < s.tp; ++r) {
-      const char* p = blobs[r].data() + pos[r];
-      int32_t n = 0;
-      std::memcpy(&n, p, sizeof(n));
-      std::memcpy(&norms[r].max, p + 4, sizeof(float));
-      std::memcpy(&norms[r].sum_exp, p + 8, sizeof(double));
-      const size_t at = candidates.size();
-      candidates.resize(at + n);
-      std::memcpy(candidates.data() + at, p + 16, n * sizeof(Candidate));
-      pos[r] += 16 + n * sizeof(Candidate);
+      const absl::Status read = read_candidates(blobs[r], &pos[r], &norms[r], &candidates);
+      LTM_ASSERT(read.ok(), "candidates from tp rank ", r, ": ", read.ToString());
     }
     const RowSampling& rs = plan.sampling[i];
     Rng rng = token_rng(rs.params.seed, rs.token_index);
