@@ -114,7 +114,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   scheduler.run_until_idle();
   const double total = seconds_since(t0);
   if (final_event.finish_reason == FinishReason::kError) {
-    std::fprintf(stderr, "ltm-worker: generation failed: %s\n", final_event.error.c_str());
+    std::fprintf(stderr, "ltm-worker: generation failed: %s\n", final_event.status.ToString().c_str());
     return 1;
   }
   const int64_t V = config.vocab_size;
@@ -215,7 +215,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   const std::thread::id step_thread = std::this_thread::get_id();
   parallel::set_abort_hook([&scheduler, step_thread](std::string_view message) {
     if (std::this_thread::get_id() != step_thread) return;  // the scheduler is the step thread's
-    scheduler.fail_all("unavailable: the engine failed (" + std::string(message) + ")");
+    scheduler.fail_all(absl::UnavailableError(absl::StrCat("the engine failed (", std::string(message), ")")));
     std::this_thread::sleep_for(std::chrono::milliseconds(800));  // let gRPC send the answers
   });
   std::atomic<bool> done{false};

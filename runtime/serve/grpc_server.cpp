@@ -26,15 +26,6 @@ namespace ltm {
 
 using Clock = std::chrono::steady_clock;
 
-absl::StatusCode engine_error_code(std::string_view error) {
-  const std::string lower = absl::AsciiStrToLower(std::string(error));
-  for (const char* word : {"unavailable", "shutting down", "shut down", "engine died",
-                           "engine failed", "engine is down", "rank", "timed out", "timeout"}) {
-    if (absl::StrContains(lower, word)) return absl::StatusCode::kUnavailable;
-  }
-  return absl::StatusCode::kInternal;
-}
-
 namespace {
 
 // absl and gRPC status codes share their numbering (google.rpc.Code).
@@ -183,15 +174,15 @@ class GenerationCallCore {
     out.mutable_timings()->set_total_ms(ms_between(arrival_, now));
     switch (event.finish_reason) {
       case FinishReason::kError: {
-        const absl::StatusCode code = engine_error_code(event.error);
-        std::string message = event.error.empty() ? "the engine failed" : event.error;
-        spdlog::warn("request {}: {}", request_id_, message);
-        return grpc::Status(static_cast<grpc::StatusCode>(code), std::move(message));
+        // The error's kind is its code (Unavailable: the group is gone; Internal: this request).
+        const absl::Status s = event.status.ok() ? absl::InternalError("the engine failed")
+                                                 : event.status;
+        spdlog::warn("request {}: {}", request_id_, s.ToString());
+        return to_grpc(s);
       }
       case FinishReason::kCancelled:
         // Cut by a shutdown (--drain-timeout passed): the server is going away, retry elsewhere.
-        if (!event.error.empty())
-          return grpc::Status(grpc::StatusCode::UNAVAILABLE, event.error);
+        if (!event.status.ok()) return to_grpc(event.status);
         // Otherwise the engine ends a request by itself only at its deadline (the client's cancellation
         // ends the call before the final event comes). Its clock may be a little ahead of ours.
         if (std::chrono::system_clock::now() + std::chrono::milliseconds(50) >= deadline_)

@@ -7,8 +7,9 @@
 //   - bad request -> INVALID_ARGUMENT (message names the field); nothing reaches the sink;
 //   - sink.submit() error -> the same code (ResourceExhausted -> RESOURCE_EXHAUSTED,
 //     Unavailable -> UNAVAILABLE, ...), with its message;
-//   - final event kError -> UNAVAILABLE when the error text says the engine is down (see
-//     engine_error_code), INTERNAL otherwise; kCancelled -> CANCELLED, or DEADLINE_EXCEEDED when
+//   - final event kError -> its status's code (the scheduler says Unavailable when the engine
+//     or group is gone, Internal for a failure of this request; no text is parsed); kCancelled ->
+//     its status when a shutdown cut it (Unavailable), else CANCELLED, or DEADLINE_EXCEEDED when
 //     the call's deadline has passed;
 //   - a request message over options.max_receive_message_bytes -> RESOURCE_EXHAUSTED (gRPC).
 // A client that cancels, disconnects or runs out of deadline has its call ended at once and the
@@ -60,12 +61,6 @@ struct GrpcServerOptions {
   int max_receive_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
   int max_send_message_bytes = 64 << 20;
 };
-
-// The status code for an engine failure reported as FinishReason::kError with text `error`:
-// kUnavailable when the text says the engine or group is gone (case-insensitive: "unavailable",
-// "shutting down", "shut down", "engine died", "engine failed", "engine is down", "rank",
-// "timed out", "timeout"), so clients retry elsewhere; kInternal for a failure of this one request.
-absl::StatusCode engine_error_code(std::string_view error);
 
 class GrpcServer {
  public:

@@ -50,7 +50,10 @@ struct GenerationEvent {
   std::string text;                // text new since the previous event: always whole UTF-8 characters
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string error;               // with kError
+  // Why a request ended early, with its kind as the status code: kError carries Unavailable
+  // (the engine or group is gone: retry elsewhere) or Internal (this request failed); kCancelled
+  // carries Unavailable when a shutdown cut it, OK when its client or deadline did.
+  absl::Status status;
   int32_t prompt_tokens = 0;       // usage, filled on the final event
   int32_t completion_tokens = 0;
   double time_to_first_token_s = 0;  // on the final event

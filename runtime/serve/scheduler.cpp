@@ -92,7 +92,7 @@ void Scheduler::emit(Sequence* seq, GenerationEvent event) {
   if (seq->on_event) seq->on_event(std::move(event));
 }
 
-void Scheduler::finish(Sequence* seq, FinishReason reason, std::string error) {
+void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) {
   if (seq->finished) return;
   seq->finished = true;
   GenerationEvent ev;
@@ -106,7 +106,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, std::string error) {
   }
   ev.finished = true;
   ev.finish_reason = reason;
-  ev.error = std::move(error);
+  ev.status = std::move(status);
   ev.prompt_tokens = seq->n_prompt;
   ev.completion_tokens = seq->generated();
   const auto now = Clock::now();
@@ -387,7 +387,8 @@ void Scheduler::serve() {
         lock.unlock();
         collect_all();
         take_incoming();
-        const std::string why = "server shut down: the drain timeout passed; retry elsewhere";
+        const absl::Status why =
+            absl::UnavailableError("server shut down: the drain timeout passed; retry elsewhere");
         for (auto& s : running_) finish(s.get(), FinishReason::kCancelled, why);
         for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, why);
         running_.clear();
@@ -417,7 +418,7 @@ void Scheduler::collect_all() {
   }
 }
 
-void Scheduler::fail_all(const std::string& error) {
+void Scheduler::fail_all(const absl::Status& error) {
   take_incoming();
   for (auto& s : running_) finish(s.get(), FinishReason::kError, error);
   for (auto& s : waiting_) finish(s.get(), FinishReason::kError, error);

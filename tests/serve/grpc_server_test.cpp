@@ -83,7 +83,7 @@ class FakeSink : public RequestSink {
     std::lock_guard<std::mutex> lock(mu_);
     reject_ = std::move(s);
   }
-  void set_error(std::string e) {
+  void set_error(absl::Status e) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(e);
   }
@@ -136,7 +136,7 @@ class FakeSink : public RequestSink {
       if (stop_) break;
       std::deque<Active> work;
       work.swap(active_);
-      const std::string error = error_;
+      const absl::Status error = error_;
       const bool honor_deadline = honor_deadline_;
       lock.unlock();
       std::deque<Active> still;
@@ -154,10 +154,10 @@ class FakeSink : public RequestSink {
           if (r.return_logprobs) e.logprobs.push_back(-a.generated / 8.0f);
           e.text = std::string(1, static_cast<char>(t));
           ++a.generated;
-          if (!error.empty()) {
+          if (!error.ok()) {
             e.finished = true;
             e.finish_reason = FinishReason::kError;
-            e.error = error;
+            e.status = error;
           } else if (a.generated == r.max_new_tokens) {
             e.finished = true;
             e.finish_reason = FinishReason::kLength;
@@ -191,7 +191,7 @@ class FakeSink : public RequestSink {
   std::condition_variable cv_;
   bool stop_ = false;
   absl::Status reject_;
-  std::string error_;
+  absl::Status error_;
   bool honor_deadline_ = true;
   std::chrono::milliseconds step_{1};
   std::deque<Active> active_;
@@ -506,27 +506,26 @@ TEST_F(GrpcServerTest, SinkStatusesMapToGrpcCodes) {
 
 TEST_F(GrpcServerTest, EngineErrorsEndTheCallWithAnErrorStatus) {
   v1::GenerateResponse out;
-  sink_.set_error("non-finite logits in step 7");
+  sink_.set_error(absl::InternalError("non-finite logits in step 7"));
   grpc::Status s = generate(request("hello", 4), &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_THAT(s.error_message(), HasSubstr("non-finite logits"));
   StreamResult st = stream(request("hello", 4));
   EXPECT_EQ(st.status.error_code(), grpc::StatusCode::INTERNAL);
 
-  sink_.set_error("engine failed: rank 3 did not answer within 60 s");
+  // The kind decides the code, not the words: an Unavailable error is UNAVAILABLE whatever its
+  // text says, and an Internal one that mentions a rank and a timeout is still INTERNAL.
+  sink_.set_error(absl::UnavailableError("the group went down"));
   s = generate(request("hello", 4), &out);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   st = stream(request("hello", 4));
   EXPECT_EQ(st.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  sink_.set_error(absl::InternalError("rank 3 timed out computing a NaN"));
+  s = generate(request("hello", 4), &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << s.error_message();
 }
 
-TEST(EngineErrorCode, Classifies) {
-  EXPECT_EQ(engine_error_code("the engine is shutting down"), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(engine_error_code("Rank 2 died"), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(engine_error_code("collective timed out"), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(engine_error_code("NaN in logits"), absl::StatusCode::kInternal);
-  EXPECT_EQ(engine_error_code(""), absl::StatusCode::kInternal);
-}
 
 // ---- Cancellation and deadlines ----------------------------------------------------------------
 
