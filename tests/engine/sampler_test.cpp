@@ -537,9 +537,10 @@ std::string source_dir() {
 
 TEST(SamplerReference, ProcessedDistributionMatchesHfProcessorsInTorch) {
   const std::string script = absl::StrCat(source_dir(), "/tests/python/test_sampler_reference.py");
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0 ||
-      !std::filesystem::exists(script))
-    GTEST_SKIP() << "needs /usr/bin/python3 with torch and numpy, and " << script;
+  ASSERT_TRUE(std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") == 0 &&
+              std::filesystem::exists(script))
+      << "needs /usr/bin/python3 with torch and numpy, and " << script
+      << " (a declared dependency (scripts/setup installs it): fail, never skip)";
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     absl::StrCat("ltm_sampler_ref_", ::getpid());
   std::filesystem::create_directories(dir);
