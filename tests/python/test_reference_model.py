@@ -17,10 +17,10 @@ TOL = 1e-4
 SHAPE = dict(vocab_size=997, n_positions=96, n_embd=64, n_layer=3, n_head=4)
 
 
-def reference_for(path):
+def reference_for(path, **kwargs):
     with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)
-    return Gpt2Reference(load_checkpoint(path), config)
+    return Gpt2Reference(load_checkpoint(path), config, **kwargs)
 
 
 def prompt(n, seed=0, vocab=SHAPE["vocab_size"]):
@@ -58,6 +58,28 @@ def test_logits_match_reference(tmp_path, dtype):
     path = str(tmp_path / "m")
     make_checkpoint(path, dtype=dtype, seed=1, **SHAPE)
     check_logits(path, tmp_path, prompt(21, seed=1))
+
+
+# Q/K weights of std 0.2 (d = 64, d_k = 16): attention scores of a few units, so softmax is far
+# from uniform and the attention pattern decides the logits.
+QK_STD = 0.2
+
+
+@pytest.mark.parametrize("dtype", ["F32", "BF16"])
+def test_logits_match_reference_with_peaked_attention(tmp_path, dtype):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, dtype=dtype, seed=13, qk_std=QK_STD, **SHAPE)
+    ids = prompt(40, seed=13)
+    check_logits(path, tmp_path, ids)
+    # The test can fail: a wrong attention scale (1/d_k instead of 1/sqrt(d_k), or none) or no
+    # causal structure at all (uniform attention, scale 0) moves these logits by far more than
+    # TOL. Measured: 0.23-0.31 for these three, over 2000 x TOL.
+    right = reference_for(path).logits(ids)
+    hd = SHAPE["n_embd"] // SHAPE["n_head"]
+    for wrong in (1.0 / hd, 1.0, 0.0):
+        moved = (reference_for(path, attn_scale=wrong).logits(ids) - right).abs().max().item()
+        print(f"attention scale {wrong:g} instead of {hd ** -0.5:g} moves the logits by {moved:.3g}")
+        assert moved > 100 * TOL
 
 
 def test_sharded_checkpoint_without_prefix(tmp_path):

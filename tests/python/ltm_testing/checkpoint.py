@@ -122,13 +122,17 @@ def make_checkpoint(dir: str, *, vocab_size: Optional[int] = None, n_positions: 
                     dtype: str = "F32", shards: int = 1, prefix: str = PREFIX,
                     sinusoidal: bool = False, copy_vocab_from: Optional[str] = None,
                     layer_norm_epsilon: float = 1e-5, lm_head: bool = False,
-                    mask_buffers: bool = False) -> Dict[str, torch.Tensor]:
+                    mask_buffers: bool = False,
+                    qk_std: Optional[float] = None) -> Dict[str, torch.Tensor]:
     """Writes a random GPT-2 checkpoint into `dir` (created if needed) and returns
     {name without prefix: float32 tensor as stored}.
 
     vocab_size: default 512, or the size of copy_vocab_from/vocab.json when that is given.
     prefix: "transformer." (as HF saves GPT2LMHeadModel) or "" (as HF saves GPT2Model).
     lm_head: also store "lm_head.weight" (a copy of wte, as tied checkpoints sometimes do).
+    qk_std: the std of the W^Q and W^K columns of every c_attn.weight (default: std). About 0.2
+            makes the attention scores large enough that softmax is far from uniform, so a
+            wrong scale or mask moves the logits by far more than a test's tolerance.
     mask_buffers: also store the old HF causal-mask buffers h.<i>.attn.bias (U8 tril) and
                   h.<i>.attn.masked_bias (F32 scalar), which readers must ignore.
     """
@@ -160,6 +164,8 @@ def make_checkpoint(dir: str, *, vocab_size: Optional[int] = None, n_positions: 
         values = torch.randn(shape, generator=generator, dtype=torch.float32) * std
         if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
             values += 1.0
+        if qk_std is not None and name.endswith("attn.c_attn.weight"):
+            values[:, : 2 * n_embd] *= qk_std / std  # the Q and K columns
         raw, stored = _to_bytes(values, dtype)
         weights[name] = stored
         records.append((prefix + name, dtype, shape, raw))

@@ -13,7 +13,9 @@ import torch
 
 class Gpt2Reference:
     def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float64, attn_scale: Optional[float] = None):
+        """attn_scale: the factor on q k^T (default 1 / sqrt(d_k), as GPT-2); another value
+        builds a deliberately wrong model, to show that a test would see the difference."""
         self.w = {k: v.to(dtype) for k, v in weights.items()}
         self.n_layer = config["n_layer"]
         self.n_head = config["n_head"]
@@ -21,6 +23,7 @@ class Gpt2Reference:
         self.eps = config.get("layer_norm_epsilon", 1e-5)
         self.sinusoidal = config.get("position_embedding_type") == "sinusoidal"
         self.dtype = dtype
+        self.attn_scale = attn_scale
 
     def _positions(self, n: int) -> torch.Tensor:
         if not self.sinusoidal:
@@ -55,7 +58,8 @@ class Gpt2Reference:
             q = q.view(n, self.n_head, hd).transpose(0, 1)
             k = k.view(n, self.n_head, hd).transpose(0, 1)
             v = v.view(n, self.n_head, hd).transpose(0, 1)
-            att = (q @ k.transpose(1, 2)) / math.sqrt(hd)
+            scale = self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(hd)
+            att = (q @ k.transpose(1, 2)) * scale
             att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
             o = (att @ v).transpose(0, 1).reshape(n, self.d)
             x = x + o @ self.w[p + "attn.c_proj.weight"] + self.w[p + "attn.c_proj.bias"]
