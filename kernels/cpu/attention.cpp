@@ -9,14 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/fast_math.h"
-
-#ifdef __AVX512F__
-// GCC 12 false positive inside _mm512_reduce_add_ps (_mm256_undefined_pd, GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/isa_kernels.h"
 
 namespace ltm::kernels::cpu {
 
@@ -39,103 +32,12 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
 
 namespace {
 
-// q . k over n floats: 16 independent lanes (one AVX-512 register), summed once at the end.
-inline float dot(const float* __restrict a, const float* __restrict b, int n) {
-#ifdef __AVX512F__
-  // The lane sum as a shuffle tree (_mm512_reduce_add_ps): the portable loop below ends in 16
-  // dependent scalar adds, which made decode attention a tenth of a batch-32 step.
-  __m512 acc = _mm512_setzero_ps();
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
-  if (c < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - c)) - 1u);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, a + c), _mm512_maskz_loadu_ps(tail, b + c),
-                          acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-#else
-  float lane[16] = {};
-  int c = 0;
-  for (; c + 16 <= n; c += 16)
-    for (int j = 0; j < 16; ++j) lane[j] += a[c + j] * b[c + j];
-  float sum = 0.0f;
-  for (int j = 0; j < 16; ++j) sum += lane[j];
-  for (; c < n; ++c) sum += a[c] * b[c];
-  return sum;
-#endif
-}
-
-constexpr int kQueryTile = 4;  // query rows computed together: each key row is loaded once per tile
-
-// One (sequence, head, tile of up to kQueryTile query rows). `scores` holds kQueryTile * context.
-void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin, int n_rows,
-                 const float* qkv, const float* k_cache, const float* v_cache, float* out,
-                 float* scores) {
-  const int hd = s.head_dim;
-  const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
-  const int first_row = s.token_offsets[seq];
-  const int n_new = s.token_offsets[seq + 1] - first_row;
-  const int ctx = s.context_lens[seq];
-  const int pos0 = ctx - n_new;  // position of the sequence's first new row
-  const int32_t* table = s.block_tables + static_cast<int64_t>(seq) * s.max_blocks_per_seq;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  const float* q[kQueryTile];
-  int limit[kQueryTile];  // keys 0 .. limit-1 are visible to row r
-  for (int r = 0; r < n_rows; ++r) {
-    const int row = first_row + row_begin + r;
-    q[r] = qkv + static_cast<int64_t>(row) * 3 * d_local + static_cast<int64_t>(head) * hd;
-    limit[r] = pos0 + row_begin + r + 1;
-  }
-  const int n_keys = limit[n_rows - 1];
-
-  // Scores: each key row is read once for the whole tile.
-  for (int p = 0; p < n_keys; ++p) {
-    const int64_t block = table[p / s.block_size];
-    const float* k = k_cache + ((block * s.n_head + head) * s.block_size + p % s.block_size) * hd;
-    for (int r = 0; r < n_rows; ++r)
-      scores[r * n_keys + p] =
-          p < limit[r] ? dot(q[r], k, hd) * scale : -std::numeric_limits<float>::infinity();
-  }
-  // Softmax per row.
-  float inv_sum[kQueryTile];
-  for (int r = 0; r < n_rows; ++r) {
-    float* sc = scores + r * n_keys;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < limit[r]; ++p) mx = std::max(mx, sc[p]);
-    float sum = 0.0f;
-    for (int p = 0; p < n_keys; ++p) {
-      sc[p] = p < limit[r] ? exp_approx(sc[p] - mx) : 0.0f;
-      sum += sc[p];
-    }
-    inv_sum[r] = 1.0f / sum;
-  }
-  // Weighted sum of V.
-  float acc[kQueryTile][512];  // head_dim <= 512 (checked by the caller)
-  for (int r = 0; r < n_rows; ++r) std::fill(acc[r], acc[r] + hd, 0.0f);
-  for (int p = 0; p < n_keys; ++p) {
-    const int64_t block = table[p / s.block_size];
-    const float* v = v_cache + ((block * s.n_head + head) * s.block_size + p % s.block_size) * hd;
-    for (int r = 0; r < n_rows; ++r) {
-      const float w = scores[r * n_keys + p];
-      if (w == 0.0f) continue;
-#pragma omp simd
-      for (int c = 0; c < hd; ++c) acc[r][c] += w * v[c];
-    }
-  }
-  for (int r = 0; r < n_rows; ++r) {
-    float* o = out + static_cast<int64_t>(first_row + row_begin + r) * d_local +
-               static_cast<int64_t>(head) * hd;
-    for (int c = 0; c < hd; ++c) o[c] = acc[r][c] * inv_sum[r];
-  }
-}
-
 // A sequence with many new rows (a prefill chunk) in matrix form, one head after the other:
 // gather the head's K and V from the blocks, S = Q K^T / sqrt(d_k) and O = softmax(S) V as
 // OpenBLAS GEMMs (threaded by OpenBLAS), the causal mask and softmax by rows in between.
 void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const float* k_cache,
-                   const float* v_cache, float* out, std::vector<float>& scratch) {
+                   const float* v_cache, float* out, std::vector<float>& scratch,
+                   const KernelTable& kt) {
   const int hd = s.head_dim;
   const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
   const int first_row = s.token_offsets[seq];
@@ -165,12 +67,7 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
       const int limit = pos0 + r + 1;  // keys 0 .. limit-1 are visible
       float mx = -std::numeric_limits<float>::infinity();
       for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int p = 0; p < limit; ++p) {
-        row[p] = exp_approx(row[p] - mx);
-        sum += row[p];
-      }
+      const float sum = kt.exp_shift_sum(row, limit, mx);
       const float inv = 1.0f / sum;
 #pragma omp simd
       for (int p = 0; p < limit; ++p) row[p] *= inv;
@@ -189,6 +86,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
   // Sequences with at least kMatrixRows new rows go through the matrix form; the rest (decodes,
   // short chunks) through the tiled loop, threaded over (sequence, head, tile).
   constexpr int kMatrixRows = 16;
+  const KernelTable& kt = kernel_table();  // outside the parallel regions: may throw
   struct Item {
     int seq, head, row_begin, n_rows;
   };
@@ -208,7 +106,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
   }
   if (!matrix_seqs.empty()) {
     static thread_local std::vector<float> scratch;  // reused: no page faults per layer
-    for (int seq : matrix_seqs) attend_matrix(s, seq, qkv, k_cache, v_cache, out, scratch);
+    for (int seq : matrix_seqs) attend_matrix(s, seq, qkv, k_cache, v_cache, out, scratch, kt);
   }
   const int64_t n_items = static_cast<int64_t>(items.size());
   if (n_items == 0) return;
@@ -218,7 +116,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_items; ++i) {
       const Item& it = items[i];
-      attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv, k_cache, v_cache, out,
+      kt.attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv, k_cache, v_cache, out,
                   scores.data());
     }
   }

@@ -10,12 +10,15 @@
 // m = 512 (prefill, 85-105 GF/s). One layout then serves every batch size, so weights are held
 // once.
 //
-// Threading: OpenMP over panels, blas_threads() threads. Without AVX-512 a portable loop over the
-// same layout (the compiler vectorizes it) is used.
+// Threading: OpenMP over panels, blas_threads() threads. The panel kernel is chosen at run time
+// (cpu_isa.h): AVX-512 (packed_gemm_avx512.cpp), AVX2 + FMA (packed_gemm_avx2.cpp) or a portable
+// loop over the same layout (packed_gemm_portable.cpp, vectorized by the compiler).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/cpu/cpu_isa.h"  // the run-time choice of the panel kernel
 
 namespace ltm::kernels::cpu {
 

@@ -26,7 +26,7 @@ CpuBackend::CpuBackend(int n_threads) {
 }
 
 std::string CpuBackend::describe() const {
-  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS)");
+  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS, ", kernels::cpu::isa_name(), ")");
 }
 
 DeviceBuffer CpuBackend::alloc(size_t bytes) {

@@ -1,10 +1,13 @@
 // Side-by-side OpenBLAS sgemm (row-major B) and packed_gemm (B packed into panels, as the CPU
-// backend holds weights), GPT-2-124M shapes. Not a ctest; build by hand:
-//   g++ -O3 -march=native -fopenmp -I. tests/kernels/packed_gemm_bench.cpp \
-//     kernels/cpu/packed_gemm.cpp kernels/cpu/gemm.cpp \
+// backend holds weights) on every kernel path this CPU supports (cpu_isa.h), GPT-2-124M shapes.
+// The paths alternate within each round, so the ratios are robust to a noisy machine. Not a
+// ctest; build by hand against the kernels library of a build tree (here build-isa):
+//   cmake --build build-isa -j2 --target ltm_kernels_cpu
+//   g++ -O2 -march=x86-64-v2 -fopenmp -I. tests/kernels/packed_gemm_bench.cpp \
+//     build-isa/kernels/libltm_kernels_cpu.a -lspdlog -lfmt \
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -o /tmp/skb
-//   OMP_NUM_THREADS=2 /tmp/skb [m ...]
+//   OMP_NUM_THREADS=2 /tmp/skb [m ...]        (SKB_ISA=avx2,portable: only those paths)
 #include <cblas.h>
 
 #include <algorithm>
@@ -14,6 +17,9 @@
 #include <random>
 #include <vector>
 
+#include <string>
+
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/packed_gemm.h"
 
 namespace {
@@ -30,6 +36,12 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{2304, 768, false, "qkv"}, {768, 768, false, "proj"},
                           {3072, 768, false, "fc"},  {768, 3072, false, "fc2"},
                           {50257, 768, true, "lmhead"}};
+  namespace kc = ltm::kernels::cpu;
+  std::vector<kc::Isa> isas;
+  for (kc::Isa i : kc::supported_isas())
+    if (!std::getenv("SKB_ISA") || std::string(std::getenv("SKB_ISA")).find(kc::isa_name(i)) !=
+                                       std::string::npos)
+      isas.push_back(i);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   std::printf("threads=%d %s B\n", openblas_get_num_threads(), std::getenv("SKB_WARM") ? "warm" : "cold");
@@ -53,23 +65,34 @@ int main(int argc, char** argv) {
       for (auto& x : a) x = u(rng);
       const double flop = 2.0 * m * s.n * s.k;
       const int reps = std::max(3, static_cast<int>(2e9 / flop / 4));
-      std::vector<double> tb, tp;
+      std::vector<double> tb;
+      std::vector<std::vector<double>> tp(isas.size());
       for (int round = 0; round < 7; ++round) {
         double t0 = now();
         for (int r = 0; r < reps; ++r)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, s.t ? CblasTrans : CblasNoTrans, m, s.n, s.k,
-                      1.0f, a.data(), s.k, bs.data() + (r % copies) * sz, s.t ? s.k : s.n, 0.0f, c.data(), s.n);
+                      1.0f, a.data(), s.k, bs.data() + (r % copies) * sz, s.t ? s.k : s.n, 0.0f,
+                      c.data(), s.n);
         tb.push_back((now() - t0) / reps);
-        t0 = now();
-        for (int r = 0; r < reps; ++r)
-          ltm::kernels::cpu::packed_gemm(a.data(), ps.data() + (r % copies) * psz, c.data(), m, s.n, s.k, 0.0f);
-        tp.push_back((now() - t0) / reps);
+        for (size_t i = 0; i < isas.size(); ++i) {
+          kc::set_isa(isas[i]);
+          t0 = now();
+          for (int r = 0; r < reps; ++r)
+            kc::packed_gemm(a.data(), ps.data() + (r % copies) * psz, c.data(), m, s.n, s.k, 0.0f);
+          tp[i].push_back((now() - t0) / reps);
+        }
       }
-      std::sort(tb.begin(), tb.end());
-      std::sort(tp.begin(), tp.end());
-      const double gb = flop / tb[tb.size() / 2] * 1e-9, gp = flop / tp[tp.size() / 2] * 1e-9;
-      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %6.1f  packed %6.1f GF/s  x%.2f\n", s.name,
-                  m, s.n, s.k, gb, gp, gp / gb);
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double gb = flop / median(tb) * 1e-9;
+      std::printf("%-7s m=%-3d n=%-6d k=%-5d openblas %6.1f", s.name, m, s.n, s.k, gb);
+      for (size_t i = 0; i < isas.size(); ++i) {
+        const double gp = flop / median(tp[i]) * 1e-9;
+        std::printf(" | %s %6.1f x%.2f", kc::isa_name(isas[i]), gp, gp / gb);
+      }
+      std::printf("  GF/s\n");
       std::fflush(stdout);
     }
   }

@@ -1,5 +1,6 @@
 // packed_gemm (weights packed into 64-column panels) against OpenBLAS sgemm on the row-major
-// matrix, and the CPU backend's upload_weight + matmul on the same inputs.
+// matrix, and the CPU backend's upload_weight + matmul on the same inputs; the GEMM tests run once
+// per kernel path the CPU supports (PackedGemmIsa/*/avx512, /avx2, /portable).
 #include "kernels/cpu/packed_gemm.h"
 
 #include <cblas.h>
@@ -12,6 +13,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "runtime/backend/backend.h"
+#include "tests/kernels/isa_param.h"
 
 namespace ltm::kernels::cpu {
 namespace {
@@ -56,6 +58,8 @@ void check(int64_t m, int64_t n, int64_t k, float beta) {
   expect_close(out, reference(in, m, n, k, beta), m, n, k, beta);
 }
 
+class PackedGemmIsa : public IsaTest {};
+
 TEST(PackedGemm, PackingLayout) {
   const int64_t k = 3, n = 70;  // two panels, the second with 6 real columns
   std::vector<float> w(k * n);
@@ -73,23 +77,24 @@ TEST(PackedGemm, PackingLayout) {
       EXPECT_EQ(packed[(k + p) * kPanelWidth + col], 0.0f) << "padding " << p << "," << col;
 }
 
-TEST(PackedGemm, Gpt2ShapesEveryBatchSize) {
-  for (int64_t m : {1, 2, 5, 6, 7, 13, 32, 64, 100})
+TEST_P(PackedGemmIsa, Gpt2ShapesEveryBatchSize) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 32, 64, 100})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}})
       for (float beta : {0.0f, 1.0f}) check(m, n, k, beta);
 }
 
-TEST(PackedGemm, RaggedShapes) {
-  // n not a multiple of the panel (or of 16), k shorter and longer than the 128-row chunk.
-  for (int64_t m : {1, 3, 9})
-    for (int64_t n : {1, 15, 17, 63, 65, 130})
-      for (int64_t k : {1, 7, 128, 129, 300})
+TEST_P(PackedGemmIsa, RaggedShapes) {
+  // n not a multiple of the panel (or of 16 or 8), k shorter and longer than the 64- and 128-row
+  // chunks; m covering every register tile's row count (1 to 6) and a remainder after 6.
+  for (int64_t m : {1, 2, 3, 4, 5, 9})
+    for (int64_t n : {1, 15, 17, 40, 63, 65, 130})
+      for (int64_t k : {1, 7, 64, 65, 128, 129, 300})
         for (float beta : {0.0f, 1.0f, 0.5f}) check(m, n, k, beta);
 }
 
-TEST(PackedGemm, LongPrefill) { check(512, 576, 384, 0.0f); }
+TEST_P(PackedGemmIsa, LongPrefill) { check(512, 576, 384, 0.0f); }
 
-TEST(PackedGemm, OneAndTwoThreads) {
+TEST_P(PackedGemmIsa, OneAndTwoThreads) {
   const int saved = blas_threads();
   for (int threads : {1, 2}) {
     set_blas_threads(threads);
@@ -99,7 +104,7 @@ TEST(PackedGemm, OneAndTwoThreads) {
   set_blas_threads(saved);
 }
 
-TEST(PackedGemm, CpuBackendUploadWeightAndMatmul) {
+TEST_P(PackedGemmIsa, CpuBackendUploadWeightAndMatmul) {
   auto backend = make_cpu_backend(2);
   const int64_t m = 11, n = 200, k = 96;
   const Inputs in = random_inputs(m, n, k);
@@ -128,7 +133,7 @@ TEST(PackedGemm, TransposedPackingAndColumns) {
       ASSERT_EQ(packed[(2 * k + p) * kPanelWidth + c], 0.0f);
 }
 
-TEST(PackedGemm, CpuBackendEmbedAndLmHead) {
+TEST_P(PackedGemmIsa, CpuBackendEmbedAndLmHead) {
   auto backend = make_cpu_backend(2);
   const int64_t rows = 200, d = 48, m = 7;  // this rank holds vocab rows [100, 300)
   const Inputs in = random_inputs(m, rows, d);  // a [m, d], w read as E [rows, d]
@@ -149,6 +154,8 @@ TEST(PackedGemm, CpuBackendEmbedAndLmHead) {
       ASSERT_EQ(out[t * d + c], mine ? e[(ids[t] - 100) * d + c] : 0.0f) << t << "," << c;
     }
 }
+
+LTM_INSTANTIATE_ISA_TESTS(PackedGemmIsa);
 
 }  // namespace
 }  // namespace ltm::kernels::cpu

@@ -1,0 +1,172 @@
+#include "kernels/cpu/cpu_isa.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#include "kernels/cpu/isa_kernels.h"
+
+namespace ltm::kernels::cpu {
+namespace {
+
+#define LTM_ISA_TABLE(ns)                                                                       \
+  KernelTable {                                                                                 \
+    ns::panel_gemm, ns::bias_gelu, ns::layer_norm_row, ns::add, ns::add_bias, ns::attend_tile, \
+        ns::exp_shift_sum                                                                       \
+  }
+
+const KernelTable kPortableTable = LTM_ISA_TABLE(portable);
+#ifdef LTM_CPU_X86
+const KernelTable kAvx2Table = LTM_ISA_TABLE(avx2);
+const KernelTable kAvx512Table = LTM_ISA_TABLE(avx512);
+#endif
+
+const KernelTable& table_for(Isa isa) {
+  switch (isa) {
+#ifdef LTM_CPU_X86
+    case Isa::kAvx512: return kAvx512Table;
+    case Isa::kAvx2: return kAvx2Table;
+#endif
+    default: return kPortableTable;
+  }
+}
+
+struct Feature {
+  const char* name;
+  bool present;
+};
+
+#ifdef LTM_CPU_X86
+// What each path's units are compiled for (kernels/CMakeLists.txt). __builtin_cpu_supports also
+// checks that the OS saves the registers (XCR0).
+std::vector<Feature> features_of(Isa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::kAvx512:
+      return {{"avx512f", __builtin_cpu_supports("avx512f") != 0},
+              {"avx512bw", __builtin_cpu_supports("avx512bw") != 0},
+              {"avx512vl", __builtin_cpu_supports("avx512vl") != 0},
+              {"avx512dq", __builtin_cpu_supports("avx512dq") != 0},
+              {"avx2", __builtin_cpu_supports("avx2") != 0},
+              {"fma", __builtin_cpu_supports("fma") != 0},
+              {"f16c", __builtin_cpu_supports("f16c") != 0}};
+    case Isa::kAvx2:
+      return {{"avx2", __builtin_cpu_supports("avx2") != 0},
+              {"fma", __builtin_cpu_supports("fma") != 0},
+              {"f16c", __builtin_cpu_supports("f16c") != 0}};
+    default: return {};
+  }
+}
+#else
+std::vector<Feature> features_of(Isa) { return {}; }
+#endif
+
+std::string join(const std::vector<Feature>& fs, bool present) {
+  std::string out;
+  for (const Feature& f : fs)
+    if (f.present == present) {
+      if (!out.empty()) out += ' ';
+      out += f.name;
+    }
+  return out;
+}
+
+std::atomic<const KernelTable*> g_table{nullptr};
+std::atomic<Isa> g_isa{Isa::kPortable};
+std::once_flag g_chosen;
+
+void choose_once() {
+  std::call_once(g_chosen, [] {
+    const char* env = std::getenv("LTM_CPU_ISA");
+    const Isa chosen = choose_isa(env);  // throws: the flag stays unset, the next call throws too
+    g_isa.store(chosen);
+    g_table.store(&table_for(chosen));
+    const std::string feats = join(features_of(chosen), true);
+    spdlog::info("cpu kernels: {}{}{}{}", isa_name(chosen), feats.empty() ? "" : " (",
+                 feats.empty() ? "" : feats, feats.empty() ? "" : ")");
+    if (env != nullptr && *env != '\0') spdlog::info("cpu kernels: forced by LTM_CPU_ISA={}", env);
+  });
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kPortable: return "portable";
+  }
+  return "?";
+}
+
+std::optional<Isa> parse_isa(std::string_view name) {
+  for (Isa i : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable})
+    if (name == isa_name(i)) return i;
+  return std::nullopt;
+}
+
+bool isa_supported(Isa isa) {
+  if (isa == Isa::kPortable) return true;
+  const std::vector<Feature> fs = features_of(isa);
+  if (fs.empty()) return false;  // not an x86 build
+  for (const Feature& f : fs)
+    if (!f.present) return false;
+  return true;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+Isa choose_isa(const char* env_value) {
+  if (env_value == nullptr || *env_value == '\0') return supported_isas().front();
+  const std::optional<Isa> asked = parse_isa(env_value);
+  if (!asked)
+    throw std::runtime_error(std::string("LTM_CPU_ISA=") + env_value +
+                             ": unknown CPU kernel path (expected avx512, avx2 or portable)");
+  if (!isa_supported(*asked)) {
+    const std::vector<Feature> fs = features_of(*asked);
+    throw std::runtime_error(
+        std::string("LTM_CPU_ISA=") + env_value + ": this CPU cannot run the " + isa_name(*asked) +
+        " kernels (" + (fs.empty() ? "not an x86 build" : "lacks " + join(fs, false)) +
+        "); it supports: " + [] {
+          std::string s;
+          for (Isa i : supported_isas()) s += std::string(s.empty() ? "" : ", ") + isa_name(i);
+          return s;
+        }());
+  }
+  return *asked;
+}
+
+std::string cpu_feature_list() { return join(features_of(Isa::kAvx512), true); }
+
+Isa isa() {
+  choose_once();
+  return g_isa.load();
+}
+
+const char* isa_name() { return isa_name(isa()); }
+
+bool set_isa(Isa isa) {
+  if (!isa_supported(isa)) return false;
+  choose_once();
+  g_isa.store(isa);
+  g_table.store(&table_for(isa));
+  spdlog::debug("cpu kernels: switched to {}", isa_name(isa));
+  return true;
+}
+
+const KernelTable& kernel_table() {
+  const KernelTable* t = g_table.load(std::memory_order_acquire);
+  if (t != nullptr) return *t;
+  choose_once();
+  return *g_table.load();
+}
+
+}  // namespace ltm::kernels::cpu

@@ -1,0 +1,50 @@
+// Which instruction set the CPU kernels run with, chosen at run time.
+//
+// One binary serves AVX-512 machines (Intel Xeon), AVX2 + FMA machines (AMD Zen 3) and anything
+// older: the ISA-specific kernel bodies are compiled in their own translation units with their
+// own target flags (kernels/cpu/*_avx512.cpp, *_avx2.cpp, *_portable.cpp; see
+// kernels/CMakeLists.txt), and a table of function pointers is chosen once, at the first kernel
+// call, from CPUID (__builtin_cpu_supports): the widest ISA the CPU has. The choice is logged once
+// (spdlog info, "cpu kernels: avx512 (...)").
+//
+// LTM_CPU_ISA=avx512|avx2|portable forces a path; a value the CPU lacks, or an unknown one, is
+// an error (std::runtime_error from the first kernel call or isa()). Tests switch with set_isa().
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ltm::kernels::cpu {
+
+enum class Isa {
+  kPortable,  // plain C++ for the build's baseline (x86-64-v2 by default): any x86-64 CPU
+  kAvx2,      // AVX2 + FMA + F16C (Haswell, Zen 1-3)
+  kAvx512,    // AVX-512 F/BW/VL/DQ + FMA + F16C (Skylake-SP and later, Zen 4)
+};
+
+// The path in use (selects it on the first call; throws std::runtime_error for a bad
+// LTM_CPU_ISA).
+Isa isa();
+const char* isa_name();
+const char* isa_name(Isa isa);
+std::optional<Isa> parse_isa(std::string_view name);  // "avx512" | "avx2" | "portable"
+
+// Whether this CPU (and this build) can run `isa`.
+bool isa_supported(Isa isa);
+// Every ISA this CPU can run, widest first (always ends with kPortable).
+std::vector<Isa> supported_isas();
+
+// Switches the path for the whole process; false (and no change) if the CPU lacks it. Not to be
+// called while kernels run on other threads.
+bool set_isa(Isa isa);
+
+// The ISA that LTM_CPU_ISA's value asks for: the widest supported one for null or empty; throws
+// std::runtime_error with the reason for an unknown name or an ISA this CPU lacks.
+Isa choose_isa(const char* env_value);
+
+// The CPU features the paths test, e.g. "avx512f avx512bw avx512vl avx512dq avx2 fma f16c".
+std::string cpu_feature_list();
+
+}  // namespace ltm::kernels::cpu

@@ -1,0 +1,65 @@
+// Internal to kernels/cpu: the per-ISA kernel bodies and the dispatch table over them.
+//
+// Every ISA-specific function lives in a namespace named after its ISA (avx512::, avx2::,
+// portable::) and is compiled only in that ISA's translation units, which include nothing but
+// this header, <immintrin.h> and the ISA's own code: no inline function or template that a
+// baseline translation unit could also instantiate (that copy could be the one the linker keeps,
+// and run AVX instructions on a CPU without them). The threading (OpenMP) stays in the baseline
+// callers; the table entries are serial.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace ltm::kernels::cpu {
+
+struct KernelTable {
+  // One 64-column panel: C[m, cols] = A[m, k] @ P + beta * C for P [k, 64] (lda = k); only the
+  // first `cols` columns of C are written. beta == 0: C is not read.
+  void (*panel_gemm)(const float* a, const float* panel, float* c, int64_t ldc, int64_t m,
+                     int64_t k, int64_t cols, float beta);
+  // x[r, :] = gelu_tanh(x[r, :] + bias) for rows r in [0, rows); bias may be null.
+  void (*bias_gelu)(float* x, const float* bias, int64_t rows, int64_t cols);
+  // One row of LayerNorm (x and y may alias).
+  void (*layer_norm_row)(const float* x, const float* gamma, const float* beta, float* y,
+                         int64_t cols, float eps);
+  void (*add)(float* x, const float* y, int64_t n);                           // x += y
+  void (*add_bias)(float* x, const float* bias, int64_t rows, int64_t cols);  // x[r,:] += bias
+  // One (sequence, head, tile of up to kQueryTile query rows) of decode attention; `scores`
+  // holds kQueryTile * context floats.
+  void (*attend_tile)(const PagedAttentionShape& s, int seq, int head, int row_begin, int n_rows,
+                      const float* qkv, const float* k_cache, const float* v_cache, float* out,
+                      float* scores);
+  // sc[p] = exp(sc[p] - mx) for p < n, returns the sum (the matrix attention's softmax rows).
+  float (*exp_shift_sum)(float* sc, int64_t n, float mx);
+};
+
+inline constexpr int kQueryTile = 4;  // attention query rows computed together
+
+// The table in use (chosen on the first call).
+const KernelTable& kernel_table();
+
+#define LTM_DECLARE_ISA_KERNELS(ns)                                                              \
+  namespace ns {                                                                                 \
+  void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m,          \
+                  int64_t k, int64_t cols, float beta);                                          \
+  void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols);                       \
+  void layer_norm_row(const float* x, const float* gamma, const float* beta, float* y,           \
+                      int64_t cols, float eps);                                                  \
+  void add(float* x, const float* y, int64_t n);                                                 \
+  void add_bias(float* x, const float* bias, int64_t rows, int64_t cols);                        \
+  void attend_tile(const PagedAttentionShape& s, int seq, int head, int row_begin, int n_rows,   \
+                   const float* qkv, const float* k_cache, const float* v_cache, float* out,     \
+                   float* scores);                                                               \
+  float exp_shift_sum(float* sc, int64_t n, float mx);                                           \
+  }
+
+LTM_DECLARE_ISA_KERNELS(portable)
+#if defined(__x86_64__) || defined(__i386__)
+#define LTM_CPU_X86 1
+LTM_DECLARE_ISA_KERNELS(avx2)
+LTM_DECLARE_ISA_KERNELS(avx512)
+#endif
+
+}  // namespace ltm::kernels::cpu

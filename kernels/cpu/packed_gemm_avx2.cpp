@@ -1,0 +1,136 @@
+// packed_gemm's panel kernel for AVX2 + FMA (AMD Zen 3 and other CPUs without AVX-512; target
+// flags: kernels/CMakeLists.txt). Include only isa_kernels.h and intrinsics here: see there why.
+//
+// 16 ymm registers: a 64-column panel row is 8 of them, so only one row of A fits as a full-width
+// tile (8 accumulators, B read straight into the FMAs). Several rows are register-blocked on
+// narrower strips of the panel instead: 6 rows x 16 columns (12 accumulators, 2 B registers, one
+// broadcast: the classic AVX2 shape, FMA-bound), 2 rows x 32 columns, 3-5 rows x 16 columns.
+// Every tile has at least 6 independent accumulators, enough to hide the FMA latency (4 cycles,
+// 2 ports). As in the AVX-512 kernel, B is walked in chunks of kKChunk rows that stay in L1 while
+// all the row groups of A use them, and the first row group prefetches the chunk from memory.
+#if defined(__x86_64__) || defined(__i386__)
+#if !(defined(__AVX2__) && defined(__FMA__))
+#error "packed_gemm_avx2.cpp needs -mavx2 -mfma (kernels/CMakeLists.txt)"
+#endif
+
+#include <immintrin.h>
+
+#include "kernels/cpu/isa_kernels.h"
+
+#ifndef PG_AVX2_KCHUNK
+#define PG_AVX2_KCHUNK 64
+#endif
+
+namespace ltm::kernels::cpu::avx2 {
+namespace {
+
+constexpr int64_t kWidth = 64;                // kPanelWidth
+constexpr int64_t kPrefetch = 8;              // panel rows prefetched ahead by the first rows
+constexpr int64_t kKChunk = PG_AVX2_KCHUNK;  // [64 x 64] floats = 16 KB: half of Zen 3's L1
+
+inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// C[R rows, 8 V columns] = A[R, k] @ B[k, 8 V] + beta * C, B rows kWidth apart. mk: the
+// column masks of C (kMasked); prefetch: pull the whole panel row kPrefetch rows ahead (b must
+// then be the row's start).
+template <int R, int V, bool kMasked>
+inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
+                 float beta, const __m256i* mk, bool prefetch) {
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const int64_t kp = prefetch && k > kPrefetch ? k - kPrefetch : 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * kWidth;
+    if (p < kp) {
+      const char* pf = reinterpret_cast<const char*>(bp + kPrefetch * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
+    }
+    __m256 bv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
+    }
+  }
+  const __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      __m256 out = acc[r][v];
+      if constexpr (kMasked) {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
+        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
+      } else {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
+        _mm256_storeu_ps(cr + 8 * v, out);
+      }
+    }
+  }
+}
+
+// R rows of A over the panel's columns [0, cols) in strips of 8 V columns.
+template <int R, int V, bool kMasked>
+inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
+                   float beta, const __m256i* mk, int64_t cols, bool prefetch) {
+  for (int64_t s = 0; s * 8 * V < cols; ++s)
+    tile<R, V, kMasked>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, k, beta, mk + s * V,
+                        prefetch && s == 0);
+}
+
+template <bool kMasked>
+void nt_rows(const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t m,
+             int64_t k, int64_t cols, float beta, const __m256i* mk) {
+  int64_t p0 = 0;
+  do {
+    const int64_t kc = min_i(kKChunk, k - p0);
+    const float* bp = panel + p0 * kWidth;
+    const float bt = p0 == 0 ? beta : 1.0f;
+    for (int64_t i = 0; i < m;) {
+      const float* ai = a + i * lda + p0;
+      float* ci = c + i * ldc;
+      const bool pf = i == 0;  // the first row group pulls the B chunk from memory
+      const int64_t rows = min_i(m - i, 6);
+      switch (rows) {
+        case 6: strips<6, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
+        case 5: strips<5, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
+        case 4: strips<4, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
+        case 3: strips<3, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
+        case 2: strips<2, 4, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
+        default: tile<1, 8, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, pf); break;
+      }
+      i += rows;
+    }
+    p0 += kc;
+  } while (p0 < k);
+}
+
+}  // namespace
+
+void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t k,
+                int64_t cols, float beta) {
+  if (cols == kWidth) {
+    nt_rows<false>(a, k, panel, c, ldc, m, k, cols, beta, nullptr);
+    return;
+  }
+  __m256i mk[8];
+  for (int v = 0; v < 8; ++v) {
+    alignas(32) int32_t lanes[8];
+    for (int j = 0; j < 8; ++j) lanes[j] = 8 * v + j < cols ? -1 : 0;
+    mk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  }
+  nt_rows<true>(a, k, panel, c, ldc, m, k, cols, beta, mk);
+}
+
+}  // namespace ltm::kernels::cpu::avx2
+#endif
