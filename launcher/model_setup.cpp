@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/memory.h"
 #include "common/check.h"
 #include "parallel/partition.h"
 
@@ -87,6 +89,10 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   const uint64_t my_bytes = rs->source->bytes_read();
   rs->bytes_read_per_rank.resize(rs->world->size());
   rs->world->world().all_gather(&my_bytes, rs->bytes_read_per_rank.data(), sizeof(uint64_t));
+  // Every weight has been copied into the backend's memory (Model::load): close the checkpoint,
+  // so that its mapping holds no memory and a file changed on disk cannot reach this rank.
+  rs->source.reset();
+  rs->weight_bytes = rs->model->weight_bytes();
 
   // KV cache: the same block count on every rank (runtime/model/kv_cache.h, plan_kv_blocks).
   KvSizing sizing;
@@ -102,11 +108,29 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
                                         rs->model->n_head_local(), config.head_dim(),
                                         o.block_size, rs->n_blocks);
+  rs->kv_bytes = static_cast<uint64_t>(rs->n_blocks) *
+                 KvCache::block_bytes(rs->model->layers().size(), rs->model->n_head_local(),
+                                      config.head_dim(), o.block_size);
   rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
                                         Comms{rs->world->world(), rs->world->tp(), rs->world->pp()});
   rs->load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rs->resident_bytes = resident_bytes();
+  rs->peak_resident_bytes = peak_resident_bytes();
+  const std::array<uint64_t, 4> mine = {rs->weight_bytes, rs->kv_bytes, rs->resident_bytes,
+                                        rs->peak_resident_bytes};
+  rs->memory_per_rank.resize(rs->world->size());
+  rs->world->world().all_gather(mine.data(), rs->memory_per_rank.data(), sizeof(mine));
   return rs;
+}
+
+std::string memory_report(const RankSetup& rs, int block_size) {
+  const auto mib = [](uint64_t b) { return absl::StrFormat("%.1f MiB", b / 1048576.0); };
+  const parallel::WorldLayout& l = rs.world->layout();
+  return absl::StrCat("rank ", rs.world->rank(), " (tp ", l.tp_rank(), ", pp ", l.pp_rank(),
+                      "): weights ", mib(rs.weight_bytes), ", KV cache ", mib(rs.kv_bytes), " (",
+                      rs.n_blocks, " blocks of ", block_size, " tokens), resident ",
+                      mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), ")");
 }
 
 }  // namespace ltm

@@ -2,6 +2,7 @@
 // slices, the KV cache and the engine. Shared by ltm-worker and ltm-bench.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,14 @@ struct RankSetup {
   int threads = 1;
   double load_seconds = 0;
   std::vector<uint64_t> bytes_read_per_rank;  // checkpoint bytes each world rank read
+  // This rank's memory once loaded: weights and KV cache as allocated, and the resident set
+  // (the KV cache's pages are counted once used), now and at its peak so far.
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t resident_bytes = 0;
+  uint64_t peak_resident_bytes = 0;
+  // The four figures above of every world rank, gathered at load (rank order).
+  std::vector<std::array<uint64_t, 4>> memory_per_rank;
   ~RankSetup();  // engine, cache and model go before the world (MPI_Finalize)
 };
 
@@ -35,6 +44,10 @@ struct RankSetup {
 // for bad flags/layouts/configs, other codes for unreadable or corrupt checkpoints.
 absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& options, int* argc,
                                                       char*** argv);
+
+// "rank 0 (tp 0, pp 0): weights 498.0 MiB, KV cache 72.0 MiB (48 blocks of 16 tokens), resident
+// 590.1 MiB (peak 602.3 MiB)": the start-up memory report of a rank.
+std::string memory_report(const RankSetup& rs, int block_size);
 
 // The model config named by --model: DIR/config.json, or a .json file (random weights).
 absl::StatusOr<ModelConfig> load_config_for(const std::string& model);

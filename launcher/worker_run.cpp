@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory.h"
 #include "launcher/model_setup.h"
 #include "parallel/group_abort.h"
 #include "runtime/serve/grpc_server.h"
@@ -151,6 +152,17 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
                     {"decode_tokens_per_s", decode_tps}};
     j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"threads", rs.threads}};
     j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
+    // Rank 0's memory at the end of the run (its peak covers the whole generation), and every
+    // rank's as it stood once loaded.
+    j["memory"] = {{"weight_bytes", rs.weight_bytes},
+                   {"kv_cache_bytes", rs.kv_bytes},
+                   {"resident_bytes", resident_bytes()},
+                   {"peak_resident_bytes", peak_resident_bytes()}};
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const auto& m : rs.memory_per_rank)
+      per_rank.push_back({{"weight_bytes", m[0]}, {"kv_cache_bytes", m[1]},
+                          {"resident_bytes", m[2]}, {"peak_resident_bytes", m[3]}});
+    j["memory_per_rank_at_load"] = per_rank;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -249,6 +261,9 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
     return setup.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   RankSetup& rs = **setup;
+  // Each rank reports its memory at start-up when serving (or asked to be verbose).
+  if (!o.listen.empty() || o.verbose)
+    std::fprintf(stderr, "ltm-worker: %s\n", memory_report(rs, o.block_size).c_str());
   if (rs.world->rank() != 0) {
     if (!o.listen.empty()) {
       // A server's other ranks stop when rank 0 releases them after draining; the signals that

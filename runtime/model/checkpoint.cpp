@@ -1,5 +1,8 @@
 #include "runtime/model/checkpoint.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -307,6 +310,17 @@ const std::string& Checkpoint::file_of(std::string_view name) const {
   return files_[ref(name).file].path();
 }
 
+namespace {
+// Tells the kernel that these pages of a read-only mapping are not needed for now (a later
+// access reads them again from the file). Rounded inward to whole pages.
+void release_pages(const uint8_t* begin, int64_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + static_cast<uintptr_t>(bytes)) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+}  // namespace
+
 const float* Checkpoint::f32_in_place(std::string_view name) const {
   const TensorRef& r = ref(name);
   if (r.dtype != DType::kF32) return nullptr;
@@ -340,6 +354,9 @@ void Checkpoint::read_f32(std::string_view name, const SliceSpec& s, float* out)
   }
   bytes_read_->fetch_add(static_cast<uint64_t>(slice_rows * slice_cols * element_size),
                          std::memory_order_relaxed);
+  // The slice has been copied out: drop its pages from this process (they stay in the page
+  // cache), so that loading does not hold the mapped checkpoint resident beside the weights.
+  release_pages(data + s.row_begin * cols * element_size, slice_rows * cols * element_size);
 }
 
 std::vector<std::string> Checkpoint::tensor_names() const { return names_; }

@@ -37,18 +37,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
 }
 
 // Loads the local [rows, cols] tensor made of `parts` (slices of the HF tensor) side by side
-// along columns; rows a part lacks (vocab padding) are zero. A single part that is the whole
-// tensor (`whole`) is used in place when the source and backend allow it.
+// along columns; rows a part lacks (vocab padding) are zero. Every tensor is copied into the
+// backend's memory (packed for matmul weights), never used in place from the checkpoint's
+// mapping: the rank's memory is then its weights alone once the checkpoint is closed, and a file
+// rewritten under a serving rank cannot reach it. `whole`: the one part is the whole tensor.
 DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
                                 const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
                                 bool whole, TensorUse use) {
   const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(float);
   weight_bytes_ += bytes;
-  if (whole) {
+  if (whole)
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
                parts[0].row_end == rows && parts[0].col_end == cols);
-    if (const float* p = source.f32_in_place(name)) return upload_tensor(p, rows, cols, use, true);
-  }
   std::vector<float> host(static_cast<size_t>(rows * cols), 0.0f);
   int64_t col0 = 0;
   for (const SliceSpec& part : parts) {
