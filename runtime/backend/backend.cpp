@@ -1,5 +1,14 @@
 #include "runtime/backend/backend.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
 #include <algorithm>
 
 namespace ltm {
@@ -11,10 +20,53 @@ const int32_t* Backend::stage_i32(const int32_t* host, size_t n, DeviceBuffer& s
   return staging.i32();
 }
 
-#ifndef LTM_HAVE_CUDA
+#ifndef LTM_CUDA_PLUGIN
+namespace {
+
+// The directory of this process's executable, with a trailing '/' ("" when unknown).
+std::string executable_dir() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  std::string s(path, static_cast<size_t>(n));
+  return s.substr(0, s.rfind('/') + 1);
+}
+
+}  // namespace
+
+// The CUDA backend lives in a plugin (cuda_backend.cpp) loaded on first use: CPU ranks never map
+// the CUDA libraries. Looked for at $LTM_CUDA_BACKEND, then <executable dir>/../lib/, then on the
+// library search path.
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
-  if (error) *error = "this ltm was built without CUDA (configure with -DLTM_CUDA=ON)";
-  return nullptr;
+  using Create = Backend* (*)(int, std::string*);
+  static Create create = nullptr;
+  static std::string load_error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("LTM_CUDA_BACKEND"); env && *env) candidates.push_back(env);
+    candidates.push_back(executable_dir() + "../lib/libltm_backend_cuda.so");
+    candidates.push_back("libltm_backend_cuda.so");
+    for (const std::string& path : candidates) {
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        absl::StrAppend(&load_error, load_error.empty() ? "" : "; ", dlerror());
+        continue;
+      }
+      create = reinterpret_cast<Create>(dlsym(handle, "ltm_cuda_backend_create"));
+      if (create != nullptr) return;  // the plugin stays loaded: its buffers' deleters live there
+      absl::StrAppend(&load_error, "; ", path, " has no ltm_cuda_backend_create");
+    }
+  });
+  if (create == nullptr) {
+#ifdef LTM_HAVE_CUDA
+    if (error) *error = absl::StrCat("cannot load the CUDA backend plugin: ", load_error);
+#else
+    if (error) *error = "this ltm was built without CUDA (configure with -DLTM_CUDA=ON)";
+#endif
+    return nullptr;
+  }
+  return std::unique_ptr<Backend>(create(device, error));
 }
 #endif
 

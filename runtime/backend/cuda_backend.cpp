@@ -16,6 +16,10 @@
 // environment allows TF32 tensor cores (about 8x the FP32 throughput on H100/H200, ~1e-3 relative
 // error).
 //
+// Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
+// that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
+// libcublasLt alone cost ~200 MB of resident memory at start-up in every process.
+//
 // Failure: a CUDA or cuBLAS error prints "ltm: <host>: CUDA error <name> at file:line: <message>"
 // (or "cuBLAS error") and aborts.
 #include <cublas_v2.h>
@@ -273,7 +277,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
+namespace {
+
+std::unique_ptr<Backend> create_cuda_backend(int device, std::string* error) {
   auto fail = [&](std::string message) -> std::unique_ptr<Backend> {
     if (error) *error = std::move(message);
     return nullptr;
@@ -304,4 +310,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
   return std::make_unique<CudaBackend>(device, prop);
 }
 
+}  // namespace
 }  // namespace ltm
+
+// The plugin's one entry point, found by make_cuda_backend (backend.cpp) with dlsym.
+extern "C" __attribute__((visibility("default"))) ltm::Backend* ltm_cuda_backend_create(
+    int device, std::string* error) {
+  return ltm::create_cuda_backend(device, error).release();
+}
