@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "common/memory.h"
+#include "common/logging.h"
 #include "launcher/model_setup.h"
 #include "runtime/serve/scheduler.h"
 
@@ -76,6 +77,7 @@ double measure_sgemm_peak(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
   int prompt_tokens = 512, new_tokens = 128, batch = 1;

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "common/logging.h"
 #include "launcher/worker_options.h"
 #include "launcher/worker_run.h"
 
 int main(int argc, char** argv) {
+  ltm::log_to_stderr();
   ltm::WorkerOptions options;
   std::string error;
   const ltm::ParseResult parsed = ltm::parse_worker_options(argc, argv, &options, &error);
