@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
 
@@ -41,6 +40,13 @@ struct KernelTable {
                           int64_t m, int64_t k, int64_t cols, float beta);
   void (*panel_gemm_f16)(const float* a, const uint16_t* panel, float* c, int64_t ldc,
                          int64_t m, int64_t k, int64_t cols, float beta);
+  // attend_tile over caches of bf16 / fp16 elements (s.kv_type says which; these ignore it).
+  void (*attend_tile_bf16)(const PagedAttentionShape& s, int seq, int head, int row_begin,
+                           int n_rows, const float* qkv, const uint16_t* k_cache,
+                           const uint16_t* v_cache, float* out, float* scores);
+  void (*attend_tile_f16)(const PagedAttentionShape& s, int seq, int head, int row_begin,
+                          int n_rows, const float* qkv, const uint16_t* k_cache,
+                          const uint16_t* v_cache, float* out, float* scores);
   // n elements converted, bit-identical to weight_type.h's scalar functions on every path.
   void (*bf16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
   void (*f16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
@@ -70,6 +76,12 @@ const KernelTable& kernel_table();
                        int64_t k, int64_t cols, float beta);                                     \
   void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,   \
                       int64_t k, int64_t cols, float beta);                                      \
+  void attend_tile_bf16(const PagedAttentionShape& s, int seq, int head, int row_begin,          \
+                        int n_rows, const float* qkv, const uint16_t* k_cache,                   \
+                        const uint16_t* v_cache, float* out, float* scores);                     \
+  void attend_tile_f16(const PagedAttentionShape& s, int seq, int head, int row_begin,           \
+                       int n_rows, const float* qkv, const uint16_t* k_cache,                    \
+                       const uint16_t* v_cache, float* out, float* scores);                      \
   void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                \
   void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                 \
   void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);                                \

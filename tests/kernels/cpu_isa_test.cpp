@@ -168,8 +168,10 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
 }
 
 // Paged attention over shuffled blocks: decode rows, short chunks (query tiles of 4 and a
-// remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double.
-void check_attention(int head_dim) {
+// remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double. For a
+// 16-bit kv_type the caches hold the rounded K and V (scalar conversion, weight_type.h) and the
+// reference uses those rounded values: the kernel's only extra error is none (widening is exact).
+void check_attention(int head_dim, WeightType kv_type = WeightType::kF32) {
   const int n_head = 3, block_size = 8, max_blocks = 8;
   const std::vector<int> n_new = {1, 3, 20, 6, 1};
   const std::vector<int32_t> ctx = {50, 20, 40, 6, 1};
@@ -182,16 +184,30 @@ void check_attention(int head_dim) {
   std::shuffle(blocks.begin(), blocks.end(), std::mt19937(11));
   const int64_t d = static_cast<int64_t>(n_head) * head_dim;
   const size_t cache = static_cast<size_t>(n_blocks) * n_head * block_size * head_dim;
-  const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 12);
-  const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 13);
+  std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 12);
+  std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 13);
+  std::vector<uint16_t> k16(cache), v16(cache);
+  if (kv_type != WeightType::kF32) {
+    for (size_t i = 0; i < cache; ++i) {
+      k16[i] = kv_type == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
+      v16[i] = kv_type == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
+      kc[i] = round_to(kv_type, kc[i]);  // the reference's values
+      vc[i] = round_to(kv_type, vc[i]);
+    }
+  }
   const int n_tokens = offsets.back();
   // Large q: peaked softmaxes, so that a wrong exp or max shows.
   const std::vector<float> qkv =
       random_floats(static_cast<size_t>(n_tokens) * 3 * d, -2.0f, 2.0f, 14);
-  const PagedAttentionShape shape{n_seqs,        n_head, head_dim, block_size, max_blocks,
-                                  offsets.data(), ctx.data(), blocks.data()};
+  PagedAttentionShape shape{n_seqs,        n_head, head_dim, block_size, max_blocks,
+                            offsets.data(), ctx.data(), blocks.data()};
+  shape.kv_type = kv_type;
   std::vector<float> out(static_cast<size_t>(n_tokens) * d, std::nanf(""));
-  paged_attention(shape, qkv.data(), kc.data(), vc.data(), out.data());
+  if (kv_type == WeightType::kF32)
+    paged_attention(shape, qkv.data(), kc.data(), vc.data(), out.data());
+  else
+    paged_attention(shape, qkv.data(), static_cast<const void*>(k16.data()),
+                    static_cast<const void*>(v16.data()), out.data());
 
   auto at = [&](const std::vector<float>& c, int s, int h, int p) {
     const int64_t block = blocks[s * max_blocks + p / block_size];
@@ -215,8 +231,8 @@ void check_attention(int head_dim) {
           double ref = 0.0;
           for (int p = 0; p <= pos; ++p) ref += w[p] / sum * at(vc, s, h, p)[c];
           ASSERT_NEAR(out[static_cast<int64_t>(row) * d + h * head_dim + c], ref, 2e-5)
-              << "head_dim=" << head_dim << " seq=" << s << " row=" << i << " head=" << h
-              << " c=" << c;
+              << "kv_type=" << weight_type_name(kv_type) << " head_dim=" << head_dim
+              << " seq=" << s << " row=" << i << " head=" << h << " c=" << c;
         }
       }
     }
@@ -224,6 +240,64 @@ void check_attention(int head_dim) {
 
 TEST_P(CpuKernelsIsa, PagedAttention) {
   for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim);  // 40, 37: dot tails
+}
+
+TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
+  for (WeightType t : {WeightType::kBF16, WeightType::kF16})
+    for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim, t);
+}
+
+TEST(PagedAttentionKvType, Fp32PointersRefuse16BitType) {
+  const int32_t offsets[2] = {0, 1}, ctx[1] = {1}, table[1] = {0};
+  PagedAttentionShape shape{1, 1, 8, 4, 1, offsets, ctx, table};
+  shape.kv_type = WeightType::kBF16;
+  std::vector<float> qkv(24, 0.5f), cache(32, 0.0f), out(8);
+  EXPECT_THROW(paged_attention(shape, qkv.data(), cache.data(), cache.data(), out.data()),
+               std::invalid_argument);
+}
+
+TEST_P(CpuKernelsIsa, KvCacheWrite16Bit) {
+  // Each token's K and V land in their slot as the scalar conversion of the fp32 values (the
+  // path's vector conversion, tails included: head_dim 37); other slots stay untouched.
+  const int n_head = 2, head_dim = 37, block_size = 4, n_blocks = 3;
+  const int64_t d = static_cast<int64_t>(n_head) * head_dim;
+  const std::vector<int32_t> slots = {5, 0, 11, 6};
+  const int64_t n_tokens = static_cast<int64_t>(slots.size());
+  const std::vector<float> qkv = random_floats(n_tokens * 3 * d, -70000.0f, 70000.0f, 21);
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    const size_t es = weight_type_size(t);
+    const size_t cache_bytes = static_cast<size_t>(n_blocks) * n_head * block_size * head_dim * es;
+    std::vector<unsigned char> kb(cache_bytes, 0xAB), vb(cache_bytes, 0xAB);
+    kv_cache_write(qkv.data(), slots.data(), n_tokens, n_head, head_dim, block_size, t, kb.data(),
+                   vb.data());
+    std::vector<bool> written(cache_bytes / es, false);
+    for (int64_t tok = 0; tok < n_tokens; ++tok)
+      for (int h = 0; h < n_head; ++h)
+        for (int c = 0; c < head_dim; ++c) {
+          const int64_t slot = slots[tok];
+          const int64_t idx =
+              ((slot / block_size * n_head + h) * block_size + slot % block_size) * head_dim + c;
+          written[idx] = true;
+          for (int which = 0; which < 2; ++which) {  // K, V
+            const float x = qkv[tok * 3 * d + (1 + which) * d + h * head_dim + c];
+            const unsigned char* got = (which == 0 ? kb : vb).data() + idx * es;
+            if (t == WeightType::kF32) {
+              float g;
+              std::memcpy(&g, got, 4);
+              ASSERT_EQ(g, x);
+            } else {
+              uint16_t g;
+              std::memcpy(&g, got, 2);
+              ASSERT_EQ(g, t == WeightType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x))
+                  << weight_type_name(t) << " token " << tok << " c " << c << " x " << x;
+            }
+          }
+        }
+    for (size_t i = 0; i < written.size(); ++i) {
+      if (written[i]) continue;
+      for (size_t b = 0; b < es; ++b) ASSERT_EQ(kb[i * es + b], 0xAB) << "slot element " << i;
+    }
+  }
 }
 
 // ---- 16-bit conversions ----
