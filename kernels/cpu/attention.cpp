@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
@@ -30,13 +32,52 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
   }
 }
 
+void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
+                    int head_dim, int block_size, WeightType kv_type, void* k_cache,
+                    void* v_cache) {
+  if (kv_type == WeightType::kF32) {
+    kv_cache_write(qkv, slot_mapping, n_tokens, n_head, head_dim, block_size,
+                   static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+    return;
+  }
+  const KernelTable& kt = kernel_table();
+  const auto convert = kv_type == WeightType::kBF16 ? kt.f32_to_bf16_n : kt.f32_to_f16_n;
+  auto* kc = static_cast<uint16_t*>(k_cache);
+  auto* vc = static_cast<uint16_t*>(v_cache);
+  const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    const int64_t block = slot / block_size;
+    const int64_t offset = slot % block_size;
+    const float* k = qkv + t * 3 * d_local + d_local;
+    const float* v = k + d_local;
+    for (int h = 0; h < n_head; ++h) {
+      const int64_t dst = ((block * n_head + h) * block_size + offset) * head_dim;
+      convert(k + static_cast<int64_t>(h) * head_dim, kc + dst, head_dim);
+      convert(v + static_cast<int64_t>(h) * head_dim, vc + dst, head_dim);
+    }
+  }
+}
+
 namespace {
+
+// Copies n cached rows of head_dim elements of type t, converted to fp32, to dst.
+void gather_rows_f32(const void* cache, int64_t src, int64_t n, WeightType t, float* dst,
+                     const KernelTable& kt) {
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(dst, static_cast<const float*>(cache) + src, sizeof(float) * n);
+      break;
+    case WeightType::kBF16: kt.bf16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
+    case WeightType::kF16: kt.f16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
+  }
+}
 
 // A sequence with many new rows (a prefill chunk) in matrix form, one head after the other:
 // gather the head's K and V from the blocks, S = Q K^T / sqrt(d_k) and O = softmax(S) V as
 // OpenBLAS GEMMs (threaded by OpenBLAS), the causal mask and softmax by rows in between.
-void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const float* k_cache,
-                   const float* v_cache, float* out, std::vector<float>& scratch,
+void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const void* k_cache,
+                   const void* v_cache, float* out, std::vector<float>& scratch,
                    const KernelTable& kt) {
   const int hd = s.head_dim;
   const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
@@ -55,8 +96,10 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
       const int n = std::min(s.block_size, ctx - p0);
       const int64_t src = ((static_cast<int64_t>(table[p0 / s.block_size]) * s.n_head + h) *
                            s.block_size) * hd;
-      std::memcpy(k + static_cast<int64_t>(p0) * hd, k_cache + src, sizeof(float) * n * hd);
-      std::memcpy(v + static_cast<int64_t>(p0) * hd, v_cache + src, sizeof(float) * n * hd);
+      gather_rows_f32(k_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
+                      k + static_cast<int64_t>(p0) * hd, kt);
+      gather_rows_f32(v_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
+                      v + static_cast<int64_t>(p0) * hd, kt);
     }
     const float* q = qkv + static_cast<int64_t>(first_row) * 3 * d_local + static_cast<int64_t>(h) * hd;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, ctx, hd, scale, q, 3 * d_local, k,
@@ -83,6 +126,15 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
 
 void paged_attention(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
                      const float* v_cache, float* out) {
+  if (s.kv_type != WeightType::kF32)
+    throw std::invalid_argument(std::string("paged_attention: fp32 caches given for kv_type ") +
+                                weight_type_name(s.kv_type));
+  paged_attention(s, qkv, static_cast<const void*>(k_cache), static_cast<const void*>(v_cache),
+                  out);
+}
+
+void paged_attention(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
+                     const void* v_cache, float* out) {
   // Sequences with at least kMatrixRows new rows go through the matrix form; the rest (decodes,
   // short chunks) through the tiled loop, threaded over (sequence, head, tile).
   constexpr int kMatrixRows = 16;
@@ -116,8 +168,23 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_items; ++i) {
       const Item& it = items[i];
-      kt.attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv, k_cache, v_cache, out,
-                  scores.data());
+      switch (s.kv_type) {
+        case WeightType::kF32:
+          kt.attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                         static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+                         out, scores.data());
+          break;
+        case WeightType::kBF16:
+          kt.attend_tile_bf16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                              static_cast<const uint16_t*>(k_cache),
+                              static_cast<const uint16_t*>(v_cache), out, scores.data());
+          break;
+        case WeightType::kF16:
+          kt.attend_tile_f16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                             static_cast<const uint16_t*>(k_cache),
+                             static_cast<const uint16_t*>(v_cache), out, scores.data());
+          break;
+      }
     }
   }
 }

@@ -6,9 +6,17 @@
 // context_lens[s] - n_new + i and attends to positions 0 .. that position.
 // qkv rows: [n_tokens, 3 * n_head * head_dim] = Q | K | V, each split per head.
 // All arrays are host memory. Threaded over (sequence, head, query tile).
+//
+// 16-bit caches (kv_type bf16 or f16, weight_type.h): the same layout with 2-byte elements,
+// converted from fp32 by kv_cache_write (round to nearest even) and back to fp32 as attention
+// reads them. Decode rows (the tiled path) read the 16-bit K and V rows directly, converting them
+// with the path's vector instructions, so attention reads half the bytes; a prefill chunk (the
+// matrix path) converts each head's K and V into an fp32 scratch before its two GEMMs.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
 
@@ -21,14 +29,24 @@ struct PagedAttentionShape {
   const int32_t* token_offsets;  // [n_seqs + 1]
   const int32_t* context_lens;   // [n_seqs]
   const int32_t* block_tables;   // [n_seqs, max_blocks_per_seq]
+  WeightType kv_type = WeightType::kF32;  // element type of the K and V caches
 };
 
 // Writes K and V of each new token into its cache slot (slot = block * block_size + offset).
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
                     int head_dim, int block_size, float* k_cache, float* v_cache);
 
-// out: [n_tokens, n_head * head_dim].
+// As kv_cache_write above, converting K and V to kv_type in caches of that element type.
+void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
+                    int head_dim, int block_size, WeightType kv_type, void* k_cache, void* v_cache);
+
+// out: [n_tokens, n_head * head_dim]. fp32 caches: shape.kv_type must be kF32 (else
+// std::invalid_argument). head_dim <= 512.
 void paged_attention(const PagedAttentionShape& shape, const float* qkv, const float* k_cache,
                      const float* v_cache, float* out);
+
+// As paged_attention above, reading caches of shape.kv_type (converted to fp32 as read).
+void paged_attention(const PagedAttentionShape& shape, const float* qkv, const void* k_cache,
+                     const void* v_cache, float* out);
 
 }  // namespace ltm::kernels::cpu

@@ -33,6 +33,25 @@ struct KernelTable {
                       float* scores);
   // sc[p] = exp(sc[p] - mx) for p < n, returns the sum (the matrix attention's softmax rows).
   float (*exp_shift_sum)(float* sc, int64_t n, float mx);
+
+  // 16-bit weights (weight_type.h): panel_gemm for a panel of bf16 / fp16 elements, same layout
+  // (row p of the panel = 64 elements), converted to fp32 as read; fp32 accumulation.
+  void (*panel_gemm_bf16)(const float* a, const uint16_t* panel, float* c, int64_t ldc,
+                          int64_t m, int64_t k, int64_t cols, float beta);
+  void (*panel_gemm_f16)(const float* a, const uint16_t* panel, float* c, int64_t ldc,
+                         int64_t m, int64_t k, int64_t cols, float beta);
+  // attend_tile over caches of bf16 / fp16 elements (s.kv_type says which; these ignore it).
+  void (*attend_tile_bf16)(const PagedAttentionShape& s, int seq, int head, int row_begin,
+                           int n_rows, const float* qkv, const uint16_t* k_cache,
+                           const uint16_t* v_cache, float* out, float* scores);
+  void (*attend_tile_f16)(const PagedAttentionShape& s, int seq, int head, int row_begin,
+                          int n_rows, const float* qkv, const uint16_t* k_cache,
+                          const uint16_t* v_cache, float* out, float* scores);
+  // n elements converted, bit-identical to weight_type.h's scalar functions on every path.
+  void (*bf16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
+  void (*f16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
+  void (*f32_to_bf16_n)(const float* src, uint16_t* dst, int64_t n);
+  void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
 };
 
 inline constexpr int kQueryTile = 4;  // attention query rows computed together
@@ -53,6 +72,20 @@ const KernelTable& kernel_table();
                    const float* qkv, const float* k_cache, const float* v_cache, float* out,     \
                    float* scores);                                                               \
   float exp_shift_sum(float* sc, int64_t n, float mx);                                           \
+  void panel_gemm_bf16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,  \
+                       int64_t k, int64_t cols, float beta);                                     \
+  void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,   \
+                      int64_t k, int64_t cols, float beta);                                      \
+  void attend_tile_bf16(const PagedAttentionShape& s, int seq, int head, int row_begin,          \
+                        int n_rows, const float* qkv, const uint16_t* k_cache,                   \
+                        const uint16_t* v_cache, float* out, float* scores);                     \
+  void attend_tile_f16(const PagedAttentionShape& s, int seq, int head, int row_begin,           \
+                       int n_rows, const float* qkv, const uint16_t* k_cache,                    \
+                       const uint16_t* v_cache, float* out, float* scores);                      \
+  void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                \
+  void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                 \
+  void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);                                \
+  void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);                                 \
   }
 
 LTM_DECLARE_ISA_KERNELS(portable)

@@ -63,4 +63,128 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
   }
 }
 
+// ---- WeightType-generic packing and GEMM ----
+
+size_t packed_bytes(int64_t k, int64_t n, WeightType t) {
+  return packed_floats(k, n) * weight_type_size(t);
+}
+
+namespace {
+
+// Converts n fp32 values to t at dst + offset elements (a buffer of t).
+struct Converter {
+  WeightType t;
+  void (*to16)(const float*, uint16_t*, int64_t);  // null for kF32
+  void operator()(const float* src, void* dst, int64_t offset, int64_t n) const {
+    if (to16 == nullptr) {
+      std::memcpy(static_cast<float*>(dst) + offset, src, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      to16(src, static_cast<uint16_t*>(dst) + offset, n);
+    }
+  }
+  void zero(void* dst, int64_t offset, int64_t n) const {
+    const size_t es = weight_type_size(t);
+    std::memset(static_cast<char*>(dst) + offset * es, 0, static_cast<size_t>(n) * es);
+  }
+};
+
+Converter converter(WeightType t) {
+  const KernelTable& kt = kernel_table();
+  switch (t) {
+    case WeightType::kBF16: return {t, kt.f32_to_bf16_n};
+    case WeightType::kF16: return {t, kt.f32_to_f16_n};
+    default: return {WeightType::kF32, nullptr};
+  }
+}
+
+}  // namespace
+
+void pack_weight_rows(const float* w_rows, int64_t row_begin, int64_t row_end, int64_t k,
+                      int64_t n, WeightType t, void* packed) {
+  if (row_end <= row_begin) return;
+  const Converter cv = converter(t);  // outside the parallel region: may throw
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
+  for (int64_t j = 0; j < panels; ++j) {
+    const int64_t c0 = j * kPanelWidth;
+    const int64_t cols = std::min(kPanelWidth, n - c0);
+    const int64_t panel = j * k * kPanelWidth;  // element offset
+    for (int64_t p = row_begin; p < row_end; ++p) {
+      const int64_t dst = panel + p * kPanelWidth;
+      cv(w_rows + (p - row_begin) * n + c0, packed, dst, cols);
+      if (cols < kPanelWidth) cv.zero(packed, dst + cols, kPanelWidth - cols);
+    }
+  }
+}
+
+void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t row_end,
+                                 int64_t n, int64_t k, WeightType t, void* packed) {
+  const Converter cv = converter(t);
+  const size_t es = weight_type_size(t);
+  const int64_t first = row_begin / kPanelWidth;
+  const int64_t last = row_end > row_begin ? (row_end - 1) / kPanelWidth + 1 : first;
+  constexpr int64_t kTile = 256;  // k values of one E row converted at a time
+#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
+  for (int64_t j = first; j < last; ++j) {
+    const int64_t c0 = std::max(row_begin, j * kPanelWidth);
+    const int64_t c1 = std::min(row_end, (j + 1) * kPanelWidth);
+    char* panel = static_cast<char*>(packed) + static_cast<size_t>(j * k * kPanelWidth) * es;
+    alignas(64) unsigned char tmp[kTile * 4];
+    for (int64_t p0 = 0; p0 < k; p0 += kTile) {
+      const int64_t kt = std::min(kTile, k - p0);
+      for (int64_t c = c0; c < c1; ++c) {
+        cv(e_rows + (c - row_begin) * k + p0, tmp, 0, kt);
+        char* dst = panel + static_cast<size_t>(p0 * kPanelWidth + c % kPanelWidth) * es;
+        for (int64_t p = 0; p < kt; ++p)
+          std::memcpy(dst + static_cast<size_t>(p * kPanelWidth) * es, tmp + p * es, es);
+      }
+    }
+  }
+  if (row_end == n && n % kPanelWidth != 0) {  // the last range zeroes the pad columns
+    const int64_t j = n / kPanelWidth, cols = n % kPanelWidth;
+    for (int64_t p = 0; p < k; ++p)
+      cv.zero(packed, (j * k + p) * kPanelWidth + cols, kPanelWidth - cols);
+  }
+}
+
+void packed_column(const void* packed, WeightType t, int64_t k, int64_t col, float* out) {
+  const int64_t base = (col / kPanelWidth) * k * kPanelWidth + col % kPanelWidth;
+  switch (t) {
+    case WeightType::kF32: {
+      const float* f = static_cast<const float*>(packed);
+      for (int64_t p = 0; p < k; ++p) out[p] = f[base + p * kPanelWidth];
+      break;
+    }
+    case WeightType::kBF16: {
+      const uint16_t* h = static_cast<const uint16_t*>(packed);
+      for (int64_t p = 0; p < k; ++p) out[p] = bf16_to_f32(h[base + p * kPanelWidth]);
+      break;
+    }
+    case WeightType::kF16: {
+      const uint16_t* h = static_cast<const uint16_t*>(packed);
+      for (int64_t p = 0; p < k; ++p) out[p] = f16_to_f32(h[base + p * kPanelWidth]);
+      break;
+    }
+  }
+}
+
+void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int64_t m,
+                 int64_t n, int64_t k, float beta) {
+  if (t == WeightType::kF32) {
+    packed_gemm(a, static_cast<const float*>(packed), c, m, n, k, beta);
+    return;
+  }
+  if (m == 0 || n == 0) return;
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const KernelTable& kt = kernel_table();  // outside the parallel region: may throw
+  const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
+  const uint16_t* w = static_cast<const uint16_t*>(packed);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
+  for (int64_t j = 0; j < panels; ++j) {
+    const int64_t c0 = j * kPanelWidth;
+    panel_gemm(a, w + static_cast<size_t>(j) * k * kPanelWidth, c + c0, n, m, k,
+               std::min(kPanelWidth, n - c0), beta);
+  }
+}
+
 }  // namespace ltm::kernels::cpu

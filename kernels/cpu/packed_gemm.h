@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_isa.h"  // the run-time choice of the panel kernel
+#include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
 
@@ -42,5 +43,39 @@ void packed_column(const float* packed, int64_t k, int64_t col, float* out);
 // C[m, n] = A[m, k] @ W + beta * C for W packed by pack_weight. beta == 0: C is not read.
 void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
                  float beta);
+
+// ---- Weights of any WeightType (weight_type.h): fp32, bf16 or fp16 elements ----
+//
+// The same panel layout with elements of weight_type_size(t) bytes; activations, accumulation
+// and C stay fp32 (the 16-bit elements are converted as the kernel reads them). A 16-bit matrix
+// is half the bytes, which is what a decode step (m = 1..8, bandwidth-bound) is limited by.
+// Packing rounds to nearest even (weight_type.h) and gives the same bytes on every kernel path.
+// For t == kF32 these functions give the same bytes and results as the float* ones above.
+
+// Bytes a packed [k, n] matrix of type t occupies (packed_floats(k, n) elements).
+size_t packed_bytes(int64_t k, int64_t n, WeightType t);
+
+// Packs rows [row_begin, row_end) of a row-major W [k, n] (w_rows holds just those rows,
+// [row_end - row_begin, n]) into their place in `packed` (packed_bytes(k, n, t) bytes),
+// converting to t; pad columns past n of those rows are written as zero. Calling it for
+// consecutive row ranges that cover [0, k) packs the whole matrix (streamed loading: no full fp32
+// copy needed); the ranges may come in any order, and each range's bytes depend only on its rows.
+void pack_weight_rows(const float* w_rows, int64_t row_begin, int64_t row_end, int64_t k,
+                      int64_t n, WeightType t, void* packed);
+
+// The same for W = E^T of a row-major E [n, k] (the tied embedding): rows [row_begin, row_end) of
+// E, i.e. columns [row_begin, row_end) of W. Ranges covering [0, n) pack the whole matrix, in any
+// order. Pad columns (past n, in the last panel) are zeroed by the call whose range ends at n
+// (row_end == n): no zeroed buffer is required.
+void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t row_end,
+                                 int64_t n, int64_t k, WeightType t, void* packed);
+
+// out[0..k) = column `col` of the packed W [k, n] as fp32 (a row of E for the transposed pack).
+void packed_column(const void* packed, WeightType t, int64_t k, int64_t col, float* out);
+
+// C[m, n] = A[m, k] @ W + beta * C for W packed with type t; fp32 accumulation. beta == 0: C is
+// not read.
+void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int64_t m,
+                 int64_t n, int64_t k, float beta);
 
 }  // namespace ltm::kernels::cpu

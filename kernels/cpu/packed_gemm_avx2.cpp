@@ -115,6 +115,132 @@ void nt_rows(const float* a, int64_t lda, const float* panel, float* c, int64_t 
   } while (p0 < k);
 }
 
+
+// ---- 16-bit panels (bf16, fp16): the same layout with 2-byte elements ----
+//
+// m <= 2 (decode): the panel rows are converted in registers as read (bf16: zero-extend and
+// shift left 16; fp16: F16C's vcvtph2ps), half the bytes of the fp32 kernel. Larger m: each
+// chunk of kKChunk panel rows is converted once into an fp32 scratch (16 KB, L1) and the fp32
+// tiles run on it.
+
+constexpr int64_t kPrefetch16 = 16;  // panel rows (128 bytes each) prefetched ahead
+
+template <bool kF16>
+inline __m256 cvt8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kF16) {
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// As tile, B 16-bit (rows kWidth elements apart).
+template <int R, int V, bool kMasked, bool kF16>
+inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                   int64_t k, float beta, const __m256i* mk, bool prefetch) {
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const int64_t kp = prefetch && k > kPrefetch16 ? k - kPrefetch16 : 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const uint16_t* bp = b + p * kWidth;
+    if (p < kp) {
+      const char* pf = reinterpret_cast<const char*>(bp + kPrefetch16 * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+    }
+    __m256 bv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) bv[v] = cvt8<kF16>(bp + 8 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
+    }
+  }
+  const __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      __m256 out = acc[r][v];
+      if constexpr (kMasked) {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
+        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
+      } else {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
+        _mm256_storeu_ps(cr + 8 * v, out);
+      }
+    }
+  }
+}
+
+template <bool kMasked, bool kF16>
+void nt_rows16(const float* a, int64_t lda, const uint16_t* panel, float* c, int64_t ldc,
+               int64_t m, int64_t k, int64_t cols, float beta, const __m256i* mk) {
+  if (m == 1) {
+    tile16<1, 8, kMasked, kF16>(a, lda, panel, c, ldc, k, beta, mk, true);
+    return;
+  }
+  if (m == 2) {
+    for (int64_t s = 0; s * 32 < cols; ++s)
+      tile16<2, 4, kMasked, kF16>(a, lda, panel + s * 32, c + s * 32, ldc, k, beta, mk + s * 4,
+                                  s == 0);
+    return;
+  }
+  alignas(32) float scratch[kKChunk * kWidth];
+  int64_t p0 = 0;
+  do {
+    const int64_t kc = min_i(kKChunk, k - p0);
+    if constexpr (kF16) {
+      f16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
+    } else {
+      bf16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
+    }
+    const float bt = p0 == 0 ? beta : 1.0f;
+    for (int64_t i = 0; i < m;) {
+      const float* ai = a + i * lda + p0;
+      float* ci = c + i * ldc;
+      const int64_t rows = min_i(m - i, 6);
+      switch (rows) {
+        case 6: strips<6, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
+        case 5: strips<5, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
+        case 4: strips<4, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
+        case 3: strips<3, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
+        case 2: strips<2, 4, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
+        default: tile<1, 8, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, false); break;
+      }
+      i += rows;
+    }
+    p0 += kc;
+  } while (p0 < k);
+}
+
+void column_masks(int64_t cols, __m256i* mk) {
+  for (int v = 0; v < 8; ++v) {
+    alignas(32) int32_t lanes[8];
+    for (int j = 0; j < 8; ++j) lanes[j] = 8 * v + j < cols ? -1 : 0;
+    mk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  }
+}
+
+template <bool kF16>
+void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                  int64_t k, int64_t cols, float beta) {
+  if (cols == kWidth) {
+    nt_rows16<false, kF16>(a, k, panel, c, ldc, m, k, cols, beta, nullptr);
+    return;
+  }
+  __m256i mk[8];
+  column_masks(cols, mk);
+  nt_rows16<true, kF16>(a, k, panel, c, ldc, m, k, cols, beta, mk);
+}
+
 }  // namespace
 
 void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t k,
@@ -130,6 +256,16 @@ void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64
     mk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
   }
   nt_rows<true>(a, k, panel, c, ldc, m, k, cols, beta, mk);
+}
+
+void panel_gemm_bf16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                     int64_t k, int64_t cols, float beta) {
+  panel_gemm16<false>(a, panel, c, ldc, m, k, cols, beta);
+}
+
+void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                    int64_t k, int64_t cols, float beta) {
+  panel_gemm16<true>(a, panel, c, ldc, m, k, cols, beta);
 }
 
 }  // namespace ltm::kernels::cpu::avx2

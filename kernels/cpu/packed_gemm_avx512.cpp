@@ -112,6 +112,133 @@ void nt_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
   } while (p0 < k);
 }
 
+
+// ---- 16-bit panels (bf16, fp16): the same layout with 2-byte elements ----
+//
+// Decode (m <= kMaxRows, one row group): each panel row is converted in registers as it is read
+// (bf16: zero-extend to 32 bits and shift left 16; fp16: vcvtph2ps), so the kernel streams half
+// the bytes of the fp32 one. Larger m: a chunk of kKChunk panel rows is converted once into an
+// fp32 scratch (32 KB, L1) and every row group runs the fp32 tile on it, so the conversion is
+// paid once per chunk, not once per row group, and the compute-bound kernel is the fp32 one.
+
+constexpr int64_t kPrefetch16 = 16;  // panel rows (128 bytes each) prefetched ahead
+
+template <bool kF16>
+inline __m512 cvt16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kF16) {
+    return _mm512_cvtph_ps(h);
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// As nt_tile (C stores masked by mk[]), B a 16-bit panel read whole (pad columns are zero, and
+// the lanes past `cols` are never stored).
+template <int R, bool kMasked, bool kF16>
+inline void nt_tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                      int64_t k, float beta, const __mmask16* mk) {
+  __m512 acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+    acc[r][2] = _mm512_setzero_ps();
+    acc[r][3] = _mm512_setzero_ps();
+  }
+  const int64_t kp = k > kPrefetch16 ? k - kPrefetch16 : 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const uint16_t* bp = b + p * kWidth;
+    if (p < kp) {
+      const char* pf = reinterpret_cast<const char*>(bp + kPrefetch16 * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+    }
+    const __m512 b0 = cvt16<kF16>(bp), b1 = cvt16<kF16>(bp + 16);
+    const __m512 b2 = cvt16<kF16>(bp + 32), b3 = cvt16<kF16>(bp + 48);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + p]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(x, b2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
+    }
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
+      __m512 out = acc[r][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
+      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
+    }
+  }
+}
+
+template <bool kMasked, bool kF16>
+void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
+               int64_t k, float beta, const __mmask16* mk) {
+  if (m <= kMaxRows) {
+    switch (m) {
+      case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 5: nt_tile16<5, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 4: nt_tile16<4, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 3: nt_tile16<3, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 2: nt_tile16<2, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      default: nt_tile16<1, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+    }
+    return;
+  }
+  alignas(64) float scratch[kKChunk * kWidth];
+  int64_t p0 = 0;
+  do {
+    const int64_t kc = min_i(kKChunk, k - p0);
+    if constexpr (kF16) {
+      f16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
+    } else {
+      bf16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
+    }
+    const float bt = p0 == 0 ? beta : 1.0f;
+    for (int64_t i = 0; i < m; i += kMaxRows) {
+      const float* ai = a + i * lda + p0;
+      float* ci = c + i * ldc;
+      switch (min_i(m - i, kMaxRows)) {
+        case 6: nt_tile<6, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        case 5: nt_tile<5, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        case 4: nt_tile<4, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        case 3: nt_tile<3, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        case 2: nt_tile<2, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        default: nt_tile<1, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+      }
+    }
+    p0 += kc;
+  } while (p0 < k);
+}
+
+void column_masks(int64_t cols, __mmask16* mk) {
+  for (int v = 0; v < 4; ++v) {
+    const int64_t left = cols - 16 * v;
+    const int64_t n = left < 0 ? 0 : (left > 16 ? 16 : left);
+    mk[v] = static_cast<__mmask16>((1u << n) - 1u);
+  }
+}
+
+template <bool kF16>
+void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                  int64_t k, int64_t cols, float beta) {
+  if (cols == kWidth) {
+    nt_rows16<false, kF16>(a, k, panel, c, ldc, m, k, beta, nullptr);
+    return;
+  }
+  __mmask16 mk[4];
+  column_masks(cols, mk);
+  nt_rows16<true, kF16>(a, k, panel, c, ldc, m, k, beta, mk);
+}
+
 }  // namespace
 
 void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t k,
@@ -127,6 +254,16 @@ void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64
     mk[v] = static_cast<__mmask16>((1u << n) - 1u);
   }
   nt_rows<true>(a, k, panel, kWidth, c, ldc, m, k, beta, mk);
+}
+
+void panel_gemm_bf16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                     int64_t k, int64_t cols, float beta) {
+  panel_gemm16<false>(a, panel, c, ldc, m, k, cols, beta);
+}
+
+void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
+                    int64_t k, int64_t cols, float beta) {
+  panel_gemm16<true>(a, panel, c, ldc, m, k, cols, beta);
 }
 
 }  // namespace ltm::kernels::cpu::avx512

@@ -1,12 +1,16 @@
 // The CPU kernel paths (kernels/cpu/cpu_isa.h): choosing one, and every kernel with
 // ISA-specific code (GELU, LayerNorm, element-wise adds, paged attention) on each path the CPU
-// supports, against plain double-precision loops. packed_gemm: packed_gemm_test.cpp.
+// supports, against plain double-precision loops; the 16-bit conversions (weight_type.h) against
+// references computed from the formats' definitions, and each path's vector conversions
+// bit-for-bit against the scalar ones; paged attention over bf16 / fp16 caches. packed_gemm:
+// packed_gemm_test.cpp.
 #include "kernels/cpu/cpu_isa.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -18,7 +22,9 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/isa_kernels.h"  // the paths' vector conversions, compared bit for bit
 #include "kernels/cpu/layer_norm.h"
+#include "kernels/cpu/weight_type.h"
 #include "tests/kernels/isa_param.h"
 
 namespace ltm::kernels::cpu {
@@ -162,8 +168,10 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
 }
 
 // Paged attention over shuffled blocks: decode rows, short chunks (query tiles of 4 and a
-// remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double.
-void check_attention(int head_dim) {
+// remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double. For a
+// 16-bit kv_type the caches hold the rounded K and V (scalar conversion, weight_type.h) and the
+// reference uses those rounded values: the kernel's only extra error is none (widening is exact).
+void check_attention(int head_dim, WeightType kv_type = WeightType::kF32) {
   const int n_head = 3, block_size = 8, max_blocks = 8;
   const std::vector<int> n_new = {1, 3, 20, 6, 1};
   const std::vector<int32_t> ctx = {50, 20, 40, 6, 1};
@@ -176,16 +184,30 @@ void check_attention(int head_dim) {
   std::shuffle(blocks.begin(), blocks.end(), std::mt19937(11));
   const int64_t d = static_cast<int64_t>(n_head) * head_dim;
   const size_t cache = static_cast<size_t>(n_blocks) * n_head * block_size * head_dim;
-  const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 12);
-  const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 13);
+  std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 12);
+  std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 13);
+  std::vector<uint16_t> k16(cache), v16(cache);
+  if (kv_type != WeightType::kF32) {
+    for (size_t i = 0; i < cache; ++i) {
+      k16[i] = kv_type == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
+      v16[i] = kv_type == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
+      kc[i] = round_to(kv_type, kc[i]);  // the reference's values
+      vc[i] = round_to(kv_type, vc[i]);
+    }
+  }
   const int n_tokens = offsets.back();
   // Large q: peaked softmaxes, so that a wrong exp or max shows.
   const std::vector<float> qkv =
       random_floats(static_cast<size_t>(n_tokens) * 3 * d, -2.0f, 2.0f, 14);
-  const PagedAttentionShape shape{n_seqs,        n_head, head_dim, block_size, max_blocks,
-                                  offsets.data(), ctx.data(), blocks.data()};
+  PagedAttentionShape shape{n_seqs,        n_head, head_dim, block_size, max_blocks,
+                            offsets.data(), ctx.data(), blocks.data()};
+  shape.kv_type = kv_type;
   std::vector<float> out(static_cast<size_t>(n_tokens) * d, std::nanf(""));
-  paged_attention(shape, qkv.data(), kc.data(), vc.data(), out.data());
+  if (kv_type == WeightType::kF32)
+    paged_attention(shape, qkv.data(), kc.data(), vc.data(), out.data());
+  else
+    paged_attention(shape, qkv.data(), static_cast<const void*>(k16.data()),
+                    static_cast<const void*>(v16.data()), out.data());
 
   auto at = [&](const std::vector<float>& c, int s, int h, int p) {
     const int64_t block = blocks[s * max_blocks + p / block_size];
@@ -209,8 +231,8 @@ void check_attention(int head_dim) {
           double ref = 0.0;
           for (int p = 0; p <= pos; ++p) ref += w[p] / sum * at(vc, s, h, p)[c];
           ASSERT_NEAR(out[static_cast<int64_t>(row) * d + h * head_dim + c], ref, 2e-5)
-              << "head_dim=" << head_dim << " seq=" << s << " row=" << i << " head=" << h
-              << " c=" << c;
+              << "kv_type=" << weight_type_name(kv_type) << " head_dim=" << head_dim
+              << " seq=" << s << " row=" << i << " head=" << h << " c=" << c;
         }
       }
     }
@@ -218,6 +240,265 @@ void check_attention(int head_dim) {
 
 TEST_P(CpuKernelsIsa, PagedAttention) {
   for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim);  // 40, 37: dot tails
+}
+
+TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
+  for (WeightType t : {WeightType::kBF16, WeightType::kF16})
+    for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim, t);
+}
+
+TEST(PagedAttentionKvType, Fp32PointersRefuse16BitType) {
+  const int32_t offsets[2] = {0, 1}, ctx[1] = {1}, table[1] = {0};
+  PagedAttentionShape shape{1, 1, 8, 4, 1, offsets, ctx, table};
+  shape.kv_type = WeightType::kBF16;
+  std::vector<float> qkv(24, 0.5f), cache(32, 0.0f), out(8);
+  EXPECT_THROW(paged_attention(shape, qkv.data(), cache.data(), cache.data(), out.data()),
+               std::invalid_argument);
+}
+
+TEST_P(CpuKernelsIsa, KvCacheWrite16Bit) {
+  // Each token's K and V land in their slot as the scalar conversion of the fp32 values (the
+  // path's vector conversion, tails included: head_dim 37); other slots stay untouched.
+  const int n_head = 2, head_dim = 37, block_size = 4, n_blocks = 3;
+  const int64_t d = static_cast<int64_t>(n_head) * head_dim;
+  const std::vector<int32_t> slots = {5, 0, 11, 6};
+  const int64_t n_tokens = static_cast<int64_t>(slots.size());
+  const std::vector<float> qkv = random_floats(n_tokens * 3 * d, -70000.0f, 70000.0f, 21);
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    const size_t es = weight_type_size(t);
+    const size_t cache_bytes = static_cast<size_t>(n_blocks) * n_head * block_size * head_dim * es;
+    std::vector<unsigned char> kb(cache_bytes, 0xAB), vb(cache_bytes, 0xAB);
+    kv_cache_write(qkv.data(), slots.data(), n_tokens, n_head, head_dim, block_size, t, kb.data(),
+                   vb.data());
+    std::vector<bool> written(cache_bytes / es, false);
+    for (int64_t tok = 0; tok < n_tokens; ++tok)
+      for (int h = 0; h < n_head; ++h)
+        for (int c = 0; c < head_dim; ++c) {
+          const int64_t slot = slots[tok];
+          const int64_t idx =
+              ((slot / block_size * n_head + h) * block_size + slot % block_size) * head_dim + c;
+          written[idx] = true;
+          for (int which = 0; which < 2; ++which) {  // K, V
+            const float x = qkv[tok * 3 * d + (1 + which) * d + h * head_dim + c];
+            const unsigned char* got = (which == 0 ? kb : vb).data() + idx * es;
+            if (t == WeightType::kF32) {
+              float g;
+              std::memcpy(&g, got, 4);
+              ASSERT_EQ(g, x);
+            } else {
+              uint16_t g;
+              std::memcpy(&g, got, 2);
+              ASSERT_EQ(g, t == WeightType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x))
+                  << weight_type_name(t) << " token " << tok << " c " << c << " x " << x;
+            }
+          }
+        }
+    for (size_t i = 0; i < written.size(); ++i) {
+      if (written[i]) continue;
+      for (size_t b = 0; b < es; ++b) ASSERT_EQ(kb[i * es + b], 0xAB) << "slot element " << i;
+    }
+  }
+}
+
+// ---- 16-bit conversions ----
+
+uint32_t bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+float from_bits(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+// f16 value of a finite encoding, from the format's definition.
+double f16_value(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+// Nearest f16 by search over the ordered positive encodings 0x0000 .. 0x7bff, ties to the even
+// encoding; 0x7c00 stands for 65536 (the next value the exponent range would have), so that
+// anything rounding to it is an overflow to inf.
+uint16_t f16_reference(float x) {
+  const double a = std::fabs(static_cast<double>(x));
+  auto val = [](uint32_t h) { return h == 0x7c00 ? 65536.0 : f16_value(static_cast<uint16_t>(h)); };
+  uint32_t lo = 0, hi = 0x7c00;  // val(lo) <= a < val(hi), or a >= 65536
+  if (a >= 65536.0) {
+    lo = 0x7c00;
+  } else {
+    while (hi - lo > 1) {
+      const uint32_t mid = (lo + hi) / 2;
+      (val(mid) <= a ? lo : hi) = mid;
+    }
+    const double dl = a - val(lo), dh = val(hi) - a;
+    if (dh < dl || (dh == dl && (hi & 1) == 0)) lo = hi;
+  }
+  return static_cast<uint16_t>(lo | (std::signbit(x) ? 0x8000 : 0));
+}
+
+// Nearest bf16: the two encodings around x (truncated and the next one up in magnitude), ties
+// to the even one.
+uint16_t bf16_reference(float x) {
+  const uint32_t b = bits(x);
+  const uint32_t lo = b & 0xffff0000u, hi = lo + 0x10000u;
+  const double a = std::fabs(static_cast<double>(x));
+  const double vl = std::fabs(static_cast<double>(from_bits(lo)));
+  const double vh = hi == 0x7f800000u || hi == 0xff800000u
+                        ? std::ldexp(1.0, 128)  // past the largest finite: inf
+                        : std::fabs(static_cast<double>(from_bits(hi)));
+  const double dl = a - vl, dh = vh - a;
+  const bool up = dh < dl || (dh == dl && ((hi >> 16) & 1) == 0);
+  return static_cast<uint16_t>((up ? hi : lo) >> 16);
+}
+
+TEST(WeightType, SizesAndNames) {
+  EXPECT_EQ(weight_type_size(WeightType::kF32), 4u);
+  EXPECT_EQ(weight_type_size(WeightType::kBF16), 2u);
+  EXPECT_EQ(weight_type_size(WeightType::kF16), 2u);
+  EXPECT_STREQ(weight_type_name(WeightType::kF32), "f32");
+  EXPECT_STREQ(weight_type_name(WeightType::kBF16), "bf16");
+  EXPECT_STREQ(weight_type_name(WeightType::kF16), "f16");
+}
+
+TEST(WeightType, Bf16Cases) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80);  // tie, even below
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82);  // tie, even above
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808001u)), 0x3f81);  // just past the tie
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f807fffu)), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80);  // largest float rounds to inf
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f7f7fffu)), 0x7f7f);
+  EXPECT_EQ(f32_to_bf16(INFINITY), 0x7f80);
+  EXPECT_EQ(f32_to_bf16(-INFINITY), 0xff80);
+  EXPECT_EQ(f32_to_bf16(-0.0f), 0x8000);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x00000001u)), 0x0000);  // f32 subnormal
+  EXPECT_EQ(f32_to_bf16(from_bits(0x00018000u)), 0x0002);  // subnormal tie to even
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x7f80ffffu}) {
+    const uint16_t h = f32_to_bf16(from_bits(nan));
+    EXPECT_TRUE(std::isnan(bf16_to_f32(h))) << std::hex << nan;  // payload in low bits: still NaN
+    EXPECT_EQ(h & 0x8000, (nan >> 16) & 0x8000);
+  }
+  for (uint32_t h = 0; h < 65536; ++h)  // widening is the 16-bit shift
+    ASSERT_EQ(bits(bf16_to_f32(static_cast<uint16_t>(h))), h << 16);
+}
+
+TEST(WeightType, Bf16RoundsToNearestEven) {
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t b = rng();
+    if (i % 4 == 0) b = (b & 0xffff0000u) | 0x8000u;  // many exact ties
+    const float x = from_bits(b);
+    if (std::isnan(x) || std::isinf(x)) continue;
+    ASSERT_EQ(f32_to_bf16(x), bf16_reference(x)) << std::hex << b;
+  }
+}
+
+TEST(WeightType, F16Cases) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);             // largest finite
+  EXPECT_EQ(f32_to_f16(65519.996f), 0x7bff);           // below the midpoint
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);             // midpoint, ties away to inf
+  EXPECT_EQ(f32_to_f16(-1e6f), 0xfc00);                // overflow
+  EXPECT_EQ(f32_to_f16(INFINITY), 0x7c00);
+  EXPECT_EQ(f32_to_f16(-INFINITY), 0xfc00);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);   // tie with zero: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);   // tie between 1 and 2: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(5.0f, -25)), 0x0002);   // tie between 2 and 3: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(1023.5f, -24)), 0x0400); // top subnormal rounds to normal
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie, even below
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie, even above
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu}) {
+    const uint16_t h = f32_to_f16(from_bits(nan));
+    EXPECT_EQ(h & 0x7e00, 0x7e00) << std::hex << nan;  // quiet NaN
+    EXPECT_EQ(h & 0x8000, (nan >> 16) & 0x8000);
+  }
+  // Widening, every encoding: the value the format defines; inf; NaN stays NaN (made quiet).
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16_to_f32(static_cast<uint16_t>(h));
+    if ((h & 0x7c00) == 0x7c00) {
+      if ((h & 0x3ff) == 0) {
+        ASSERT_TRUE(std::isinf(f)) << h;
+      } else {
+        ASSERT_TRUE(std::isnan(f)) << h;
+        ASSERT_EQ(bits(f) & 0x7fc00000u, 0x7fc00000u) << h;
+      }
+      ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0);
+    } else {
+      ASSERT_EQ(static_cast<double>(f), f16_value(static_cast<uint16_t>(h))) << h;
+      ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << h;
+      ASSERT_EQ(f32_to_f16(f), h) << "round trip " << h;
+    }
+  }
+}
+
+TEST(WeightType, F16RoundsToNearestEven) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> e(-30.0f, 17.0f);
+  for (int i = 0; i < 1000000; ++i) {
+    float x = std::exp2(e(rng)) * (rng() & 1 ? -1.0f : 1.0f);
+    if (i % 3 == 0) {  // an exact tie between two f16 neighbours
+      const uint16_t h = static_cast<uint16_t>(rng() % 0x7bff);
+      x = static_cast<float>((f16_value(h) + f16_value(static_cast<uint16_t>(h + 1))) / 2);
+    }
+    ASSERT_EQ(f32_to_f16(x), f16_reference(x)) << x << " bits " << std::hex << bits(x);
+  }
+}
+
+// Values that exercise every branch of the conversions: NaNs, infs, zeros, f32 subnormals,
+// f16 overflow and subnormal range, ties, random bit patterns.
+std::vector<float> conversion_inputs() {
+  std::vector<float> v;
+  for (uint32_t b : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x7f800000u, 0xff800000u,
+                     0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x477fe000u, 0x477ff000u,
+                     0x477fefffu, 0x7f7fffffu, 0x33000000u, 0x33000001u, 0x38800000u, 0x387fffffu,
+                     0x3f808000u, 0x3f818000u})
+    v.push_back(from_bits(b));
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) v.push_back(from_bits(rng()));
+  std::uniform_real_distribution<float> e(-27.0f, 17.0f);
+  for (int i = 0; i < 20000; ++i) v.push_back(std::exp2(e(rng)) * (i & 1 ? -1.0f : 1.0f));
+  return v;
+}
+
+TEST_P(CpuKernelsIsa, VectorConversionsMatchScalar) {
+  const KernelTable& kt = kernel_table();
+  const std::vector<float> x = conversion_inputs();
+  std::vector<uint16_t> all(65536);
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{33},
+                    static_cast<int64_t>(x.size())}) {
+    std::vector<uint16_t> h(n + 1, 0x5555);
+    kt.f32_to_bf16_n(x.data(), h.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(h[i], f32_to_bf16(x[i])) << "bf16 n=" << n << " bits " << std::hex << bits(x[i]);
+    ASSERT_EQ(h[n], 0x5555) << "wrote past n";
+    kt.f32_to_f16_n(x.data(), h.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(h[i], f32_to_f16(x[i])) << "f16 n=" << n << " bits " << std::hex << bits(x[i]);
+    ASSERT_EQ(h[n], 0x5555) << "wrote past n";
+  }
+  for (int64_t n : {1, 9, 17, 31, 65536}) {
+    std::vector<float> f(n + 1, 1234.5f);
+    for (int64_t off : {int64_t{0}, 65536 - n}) {
+      kt.bf16_to_f32_n(all.data() + off, f.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(bits(f[i]), bits(bf16_to_f32(all[off + i]))) << "bf16 " << off + i;
+      kt.f16_to_f32_n(all.data() + off, f.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(bits(f[i]), bits(f16_to_f32(all[off + i]))) << "f16 " << std::hex << off + i;
+      ASSERT_EQ(f[n], 1234.5f) << "wrote past n";
+    }
+  }
 }
 
 LTM_INSTANTIATE_ISA_TESTS(CpuKernelsIsa);

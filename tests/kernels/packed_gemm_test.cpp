@@ -1,6 +1,8 @@
 // packed_gemm (weights packed into 64-column panels) against OpenBLAS sgemm on the row-major
 // matrix, and the CPU backend's upload_weight + matmul on the same inputs; the GEMM tests run once
-// per kernel path the CPU supports (PackedGemmIsa/*/avx512, /avx2, /portable).
+// per kernel path the CPU supports (PackedGemmIsa/*/avx512, /avx2, /portable). 16-bit weights
+// (bf16, fp16): against a double-precision reference on the rounded weights, and against the
+// fp32 weights within the rounding error; streamed (row-range) packing; packed_column.
 #include "kernels/cpu/packed_gemm.h"
 
 #include <cblas.h>
@@ -8,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -153,6 +156,236 @@ TEST_P(PackedGemmIsa, CpuBackendEmbedAndLmHead) {
       const bool mine = ids[t] >= 100 && ids[t] < 300;
       ASSERT_EQ(out[t * d + c], mine ? e[(ids[t] - 100) * d + c] : 0.0f) << t << "," << c;
     }
+}
+
+// ---- 16-bit weights ----
+
+constexpr WeightType k16BitTypes[] = {WeightType::kBF16, WeightType::kF16};
+
+// Unit roundoff of the type: relative rounding error <= u (8 and 11 significant bits).
+double unit_roundoff(WeightType t) { return t == WeightType::kBF16 ? 0x1p-8 : 0x1p-11; }
+
+// Packs W in one range, runs packed_gemm, and checks:
+// 1. against C computed in double on the rounded weights (round_to): the kernel's only error is
+//    fp32 accumulation, bounded as in expect_close: 1e-5 (sqrt(k) + 1) for inputs in [-1, 1];
+// 2. against C in double on the fp32 weights: the weights' rounding adds sum_p a_p w_p d_p with
+//    |d_p| <= u, independent, variance <= u^2 / 3 each, so 5 u sqrt(sum_p (a_p w_p)^2) (8.7
+//    standard deviations) plus, for fp16 subnormals (absolute error <= 2^-25), k 2^-25.
+void check16(int64_t m, int64_t n, int64_t k, float beta, WeightType t) {
+  const Inputs in = random_inputs(m, n, k);
+  std::vector<float> wr(in.w.size());
+  for (size_t i = 0; i < wr.size(); ++i) wr[i] = round_to(t, in.w[i]);
+  std::vector<unsigned char> packed(packed_bytes(k, n, t), 0xFF);  // NaN pattern in any type
+  pack_weight_rows(in.w.data(), 0, k, k, n, t, packed.data());
+  std::vector<float> out = in.c0;
+  if (beta == 0.0f) std::fill(out.begin(), out.end(), std::nanf(""));  // must not be read
+  packed_gemm(in.a.data(), packed.data(), t, out.data(), m, n, k, beta);
+  const double tol_acc = 1e-5 * (std::sqrt(static_cast<double>(k)) + 1.0);
+  const double u = unit_roundoff(t);
+  double worst_rounded = 0.0, worst_fp32 = 0.0;  // as fractions of the tolerance
+  std::vector<double> ref_r(n), ref_w(n), sq(n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) ref_r[j] = ref_w[j] = beta * static_cast<double>(in.c0[i * n + j]);
+    std::fill(sq.begin(), sq.end(), 0.0);
+    for (int64_t p = 0; p < k; ++p) {
+      const double a = in.a[i * k + p];
+      const float* wrow = in.w.data() + p * n;
+      const float* rrow = wr.data() + p * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const double aw = a * wrow[j];
+        ref_r[j] += a * rrow[j];
+        ref_w[j] += aw;
+        sq[j] += aw * aw;
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double got = out[i * n + j];
+      worst_rounded = std::max(worst_rounded, std::fabs(got - ref_r[j]) / tol_acc);
+      const double tol_w = tol_acc + 5.0 * u * std::sqrt(sq[j]) + k * 0x1p-25;
+      worst_fp32 = std::max(worst_fp32, std::fabs(got - ref_w[j]) / tol_w);
+      if (!(std::fabs(got - ref_r[j]) < tol_acc)) {  // also catches NaN
+        ADD_FAILURE() << weight_type_name(t) << " m=" << m << " n=" << n << " k=" << k
+                      << " beta=" << beta << " C[" << i << "," << j << "]=" << got
+                      << " ref(rounded W)=" << ref_r[j];
+        return;
+      }
+    }
+  }
+  EXPECT_LT(worst_rounded, 1.0);
+  EXPECT_LT(worst_fp32, 1.0) << weight_type_name(t) << " m=" << m << " n=" << n << " k=" << k
+                             << ": off the fp32-weight result by more than the rounding error";
+}
+
+TEST_P(PackedGemmIsa, SixteenBitGpt2Shapes) {
+  for (WeightType t : k16BitTypes)
+    for (int64_t m : {1, 2, 5, 6, 7, 8, 9, 13, 32})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 768}, {768, 3072}})
+        check16(m, n, k, m % 2 ? 1.0f : 0.0f, t);
+}
+
+TEST_P(PackedGemmIsa, SixteenBitRaggedShapes) {
+  // n not a multiple of 64 (nor 16, nor 8); k around the 64- and 128-row chunks; m over every
+  // row count of the register tiles and the scratch path (m > 6 on AVX-512, m > 2 on AVX2).
+  for (WeightType t : k16BitTypes)
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13})
+      for (int64_t n : {1, 17, 63, 65, 130, 200})
+        for (int64_t k : {1, 7, 64, 65, 127, 128, 129, 300})
+          for (float beta : {0.0f, 0.5f}) check16(m, n, k, beta, t);
+}
+
+TEST_P(PackedGemmIsa, SixteenBitLargeM) {
+  for (WeightType t : k16BitTypes) {
+    check16(64, 200, 300, 1.0f, t);
+    check16(100, 130, 257, 0.0f, t);
+    check16(512, 576, 384, 0.0f, t);
+  }
+}
+
+TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
+  const int saved = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (WeightType t : k16BitTypes) {
+      check16(8, 2304, 768, 0.0f, t);
+      check16(3, 200, 64, 1.0f, t);
+    }
+  }
+  set_blas_threads(saved);
+}
+
+TEST_P(PackedGemmIsa, F32TypeMatchesFloatApi) {
+  // WeightType::kF32 through the generic functions: the same bytes and results as the float* API.
+  const int64_t m = 5, n = 130, k = 129;
+  const Inputs in = random_inputs(m, n, k);
+  std::vector<float> p1(packed_floats(k, n), std::nanf("")), p2(packed_floats(k, n), 1.0f);
+  pack_weight(in.w.data(), k, n, p1.data());
+  ASSERT_EQ(packed_bytes(k, n, WeightType::kF32), p1.size() * sizeof(float));
+  pack_weight_rows(in.w.data(), 0, 50, k, n, WeightType::kF32, p2.data());
+  pack_weight_rows(in.w.data() + 50 * n, 50, k, k, n, WeightType::kF32, p2.data());
+  ASSERT_EQ(std::memcmp(p1.data(), p2.data(), p1.size() * sizeof(float)), 0);
+  std::vector<float> o1(m * n), o2(m * n);
+  packed_gemm(in.a.data(), p1.data(), o1.data(), m, n, k, 0.0f);
+  packed_gemm(in.a.data(), static_cast<const void*>(p2.data()), WeightType::kF32, o2.data(), m, n,
+              k, 0.0f);
+  ASSERT_EQ(o1, o2);
+}
+
+// Splits [0, rows) at `cuts` and packs each range, in reverse order, from a copy holding just
+// that range's rows.
+template <typename PackFn>
+std::vector<unsigned char> pack_in_ranges(const std::vector<float>& src, int64_t rows,
+                                          int64_t row_len, std::vector<int64_t> cuts,
+                                          size_t bytes, PackFn pack) {
+  std::vector<unsigned char> out(bytes, 0xCD);
+  cuts.insert(cuts.begin(), 0);
+  cuts.push_back(rows);
+  for (size_t r = cuts.size() - 1; r-- > 0;) {
+    const int64_t b = cuts[r], e = cuts[r + 1];
+    std::vector<float> part(src.begin() + b * row_len, src.begin() + e * row_len);
+    pack(part.data(), b, e, out.data());
+  }
+  return out;
+}
+
+TEST_P(PackedGemmIsa, StreamedPackingIsByteIdentical) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    const int64_t k = 300, n = 130;
+    const Inputs in = random_inputs(1, n, k);
+    const size_t bytes = packed_bytes(k, n, t);
+    auto pack = [&](const float* rows, int64_t b, int64_t e, void* dst) {
+      pack_weight_rows(rows, b, e, k, n, t, dst);
+    };
+    const auto whole = pack_in_ranges(in.w, k, n, {}, bytes, pack);
+    for (const std::vector<int64_t>& cuts :
+         {std::vector<int64_t>{1}, {127, 128, 129}, {7, 64, 200, 299}, {150}}) {
+      const auto parts = pack_in_ranges(in.w, k, n, cuts, bytes, pack);
+      ASSERT_EQ(std::memcmp(whole.data(), parts.data(), bytes), 0) << weight_type_name(t);
+    }
+    // The layout itself: element (p, j) at panel j / 64, row p, lane j % 64; pad lanes zero.
+    const size_t es = weight_type_size(t);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < 2 * kPanelWidth + 64; ++j) {
+        if (j >= 3 * kPanelWidth) break;
+        const size_t at = static_cast<size_t>((j / kPanelWidth * k + p) * kPanelWidth + j % kPanelWidth) * es;
+        if (j >= n) {
+          for (size_t b = 0; b < es; ++b) ASSERT_EQ(whole[at + b], 0) << "pad " << p << "," << j;
+          continue;
+        }
+        const float w = in.w[p * n + j];
+        if (t == WeightType::kF32) {
+          float got;
+          std::memcpy(&got, whole.data() + at, 4);
+          ASSERT_EQ(got, w);
+        } else {
+          uint16_t got;
+          std::memcpy(&got, whole.data() + at, 2);
+          ASSERT_EQ(got, t == WeightType::kBF16 ? f32_to_bf16(w) : f32_to_f16(w)) << p << "," << j;
+        }
+      }
+  }
+}
+
+TEST_P(PackedGemmIsa, StreamedTransposedPackingAndColumns) {
+  // E [n, k] in row ranges of E: the same bytes as one range, and as pack_weight_transposed for
+  // fp32; packed_column gives back E's rows (rounded); pad columns zero without a zeroed buffer.
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    const int64_t n = 130, k = 300;
+    const Inputs in = random_inputs(1, k, n);  // w: [n, k] read as E
+    const std::vector<float>& e = in.w;
+    const size_t bytes = packed_bytes(k, n, t);
+    auto pack = [&](const float* rows, int64_t b, int64_t r_end, void* dst) {
+      pack_weight_transposed_rows(rows, b, r_end, n, k, t, dst);
+    };
+    const auto whole = pack_in_ranges(e, n, k, {}, bytes, pack);
+    for (const std::vector<int64_t>& cuts :
+         {std::vector<int64_t>{1}, {63, 64, 65}, {10, 100, 128, 129}}) {
+      const auto parts = pack_in_ranges(e, n, k, cuts, bytes, pack);
+      ASSERT_EQ(std::memcmp(whole.data(), parts.data(), bytes), 0) << weight_type_name(t);
+    }
+    if (t == WeightType::kF32) {
+      std::vector<float> ref(packed_floats(k, n));
+      pack_weight_transposed(e.data(), n, k, ref.data());
+      ASSERT_EQ(std::memcmp(whole.data(), ref.data(), bytes), 0);
+    }
+    std::vector<float> col(k);
+    for (int64_t c = 0; c < n; ++c) {
+      packed_column(whole.data(), t, k, c, col.data());
+      for (int64_t p = 0; p < k; ++p)
+        ASSERT_EQ(col[p], round_to(t, e[c * k + p])) << weight_type_name(t) << " row " << c;
+    }
+    const size_t es = weight_type_size(t);
+    for (int64_t p = 0; p < k; ++p)  // padding of the last panel (130 = 2 * 64 + 2)
+      for (int64_t c = n % kPanelWidth; c < kPanelWidth; ++c)
+        for (size_t b = 0; b < es; ++b)
+          ASSERT_EQ(whole[((2 * k + p) * kPanelWidth + c) * es + b], 0) << p << "," << c;
+    // And the GEMM on it is the LM head: logits = A E^T.
+    const int64_t m = 3;
+    const Inputs a = random_inputs(m, 1, k);
+    std::vector<float> logits(m * n);
+    packed_gemm(a.a.data(), whole.data(), t, logits.data(), m, n, k, 0.0f);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < n; ++c) {
+        double ref = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          ref += static_cast<double>(a.a[i * k + p]) * round_to(t, e[c * k + p]);
+        ASSERT_NEAR(logits[i * n + c], ref, 1e-5 * (std::sqrt(static_cast<double>(k)) + 1.0));
+      }
+  }
+}
+
+TEST(PackedGemm, PackedColumn16Bit) {
+  const int64_t k = 70, n = 200;
+  const Inputs in = random_inputs(1, n, k);
+  for (WeightType t : k16BitTypes) {
+    std::vector<unsigned char> packed(packed_bytes(k, n, t));
+    ASSERT_EQ(packed.size(), packed_floats(k, n) * 2);
+    pack_weight_rows(in.w.data(), 0, k, k, n, t, packed.data());
+    std::vector<float> col(k);
+    for (int64_t j = 0; j < n; ++j) {
+      packed_column(packed.data(), t, k, j, col.data());
+      for (int64_t p = 0; p < k; ++p) ASSERT_EQ(col[p], round_to(t, in.w[p * n + j])) << p << "," << j;
+    }
+  }
 }
 
 LTM_INSTANTIATE_ISA_TESTS(PackedGemmIsa);
