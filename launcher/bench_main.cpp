@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
       ("new-tokens", po::value(&new_tokens)->default_value(128), "tokens to decode")
       ("batch", po::value(&batch)->default_value(1), "sequences prefilled and decoded together")
       ("kv-memory-mb", po::value(&o.kv_memory_mb)->default_value(0), "KV cache per rank (0: what the batch needs)")
+      ("weight-dtype", po::value(&o.weight_dtype), "f32 | bf16 | fp16 (default: the checkpoint's; f32 for a config)")
+      ("kv-dtype", po::value(&o.kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16)")
       ("skip-limits", po::bool_switch(&skip_limits), "do not measure bandwidth and sgemm peak")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
       ("help,h", "this help");
@@ -200,7 +202,7 @@ int main(int argc, char** argv) {
   const double prefill_flops = batch * (2.0 * layer_params * L * prompt_tokens +
                                         2.0 * 2.0 * L * d * (double(prompt_tokens) * (prompt_tokens + 1) / 2) +
                                         2.0 * c.vocab_size * d);
-  const double kv_bytes_per_position = 2.0 * L * d * sizeof(float);
+  const double kv_bytes_per_position = 2.0 * L * d * ltm::precision_size(rs.kv_precision);
   const double mean_context = prompt_tokens + new_tokens / 2.0;
   const double decode_step_bytes = total_weight_bytes + batch * mean_context * kv_bytes_per_position;
   double bandwidth = 0, peak = 0;
@@ -215,7 +217,8 @@ int main(int argc, char** argv) {
   if (json) {
     const nlohmann::json common = {
         {"model", o.model}, {"n_layer", L}, {"n_embd", d}, {"n_head", c.n_head},
-        {"vocab_size", c.vocab_size}, {"weight_dtype", "f32"}, {"kv_dtype", "f32"},
+        {"vocab_size", c.vocab_size}, {"weight_dtype", ltm::precision_name(rs.model->weight_precision())},
+        {"kv_dtype", ltm::precision_name(rs.kv_precision)},
         {"backend", rs.backend->describe()}, {"tp", o.tp}, {"pp", o.pp},
         {"threads_per_rank", rs.threads}, {"batch", batch}, {"prompt_tokens", prompt_tokens},
         {"new_tokens", new_tokens}, {"weight_bytes", total_weight_bytes},
@@ -239,8 +242,9 @@ int main(int argc, char** argv) {
   std::printf("model %s: %lld layers, d=%lld, %.1f M parameters, %.0f MB of weights over %d rank(s)\n",
               o.model.c_str(), static_cast<long long>(L), static_cast<long long>(d),
               c.parameter_count() / 1e6, total_weight_bytes / 1e6, rs.world->size());
-  std::printf("layout tp=%d pp=%d, %d thread(s) per rank, batch %d, %s\n", o.tp, o.pp,
-              rs.threads, batch, rs.backend->describe().c_str());
+  std::printf("layout tp=%d pp=%d, %d thread(s) per rank, batch %d, weights %s, KV cache %s, %s\n",
+              o.tp, o.pp, rs.threads, batch, ltm::precision_name(rs.model->weight_precision()),
+              ltm::precision_name(rs.kv_precision), rs.backend->describe().c_str());
   std::printf("prefill %d x %d tokens: %8.1f tokens/s", batch, prompt_tokens, prefill_tps);
   if (peak > 0)
     std::printf("   limit %8.1f tokens/s (sgemm peak %.1f GFLOP/s)  ratio %.2f", prefill_limit,

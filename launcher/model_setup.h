@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,7 @@
 #include "parallel/world.h"
 #include "runtime/backend/backend.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/dtype.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/model/weight_source.h"
@@ -25,6 +27,8 @@ struct RankSetup {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Engine> engine;
   int32_t n_blocks = 0;
+  std::optional<DType> checkpoint_dtype;  // of wte.weight; none for a config-only model
+  Precision kv_precision = Precision::kF32;
   int threads = 1;
   double load_seconds = 0;
   std::vector<uint64_t> bytes_read_per_rank;  // checkpoint bytes each world rank read
@@ -38,6 +42,15 @@ struct RankSetup {
   std::vector<std::array<uint64_t, 4>> memory_per_rank;
   ~RankSetup();  // engine, cache and model go before the world (MPI_Finalize)
 };
+
+// The element types of the weights and the KV cache for these flags and this checkpoint
+// (see WorkerOptions::weight_dtype / kv_dtype).
+struct Precisions {
+  Precision weights = Precision::kF32;
+  Precision kv = Precision::kF32;
+};
+absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
+                                            std::optional<DType> checkpoint_dtype);
 
 // Starts MPI, checks the layout against the model before reading any weight (InvalidArgument
 // naming the numbers), loads this rank's slices and sizes the KV cache. Errors: InvalidArgument

@@ -1,5 +1,7 @@
 #include "launcher/worker_options.h"
 
+#include "runtime/backend/backend.h"
+
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -46,7 +48,9 @@ po::options_description describe(WorkerOptions* o) {
       ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server 1024)")
       ("max-batch-tokens", po::value(&o->max_batch_tokens)->default_value(512), "new tokens per step (prefill chunk budget)")
       ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")
-      ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)");
+      ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
+      ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16: how weight matrices are held (default: the checkpoint's dtype; f32 for a config)")
+      ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
   po::options_description serve("Serving");
   serve.add_options()
       ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")
@@ -132,6 +136,12 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->max_running < 1) return fail("--max-running must be at least 1");
   if (o->max_queue < 1) return fail("--max-queue must be at least 1");
   if (o->micro_batches < 0) return fail("--micro-batches must be >= 0");
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},
+                                    {"--kv-dtype", &o->kv_dtype}}) {
+    Precision p;
+    if (!value->empty() && !parse_precision(*value, &p))
+      return fail(absl::StrCat(flag, " must be f32, bf16 or fp16, not '", *value, "'"));
+  }
   if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");
   return ParseResult::kOk;

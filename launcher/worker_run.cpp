@@ -150,7 +150,10 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
                     {"total_s", total},
                     {"prefill_tokens_per_s", ttft > 0 ? prompt_ids.size() / ttft : 0},
                     {"decode_tokens_per_s", decode_tps}};
-    j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"threads", rs.threads}};
+    j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"threads", rs.threads},
+                   {"weight_dtype", precision_name(rs.model->weight_precision())},
+                   {"kv_dtype", precision_name(rs.kv_precision)},
+                   {"backend", rs.backend->describe()}};
     j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
     // Rank 0's memory at the end of the run (its peak covers the whole generation), and every
     // rank's as it stood once loaded.

@@ -11,7 +11,48 @@
 
 #include <algorithm>
 
+#include "common/check.h"
+
 namespace ltm {
+
+size_t precision_size(Precision p) { return p == Precision::kF32 ? 4 : 2; }
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kF32: return "f32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kF16: return "fp16";
+  }
+  return "?";
+}
+
+bool parse_precision(std::string_view name, Precision* out) {
+  if (name == "f32" || name == "fp32") *out = Precision::kF32;
+  else if (name == "bf16") *out = Precision::kBF16;
+  else if (name == "fp16" || name == "f16") *out = Precision::kF16;
+  else return false;
+  return true;
+}
+
+DeviceBuffer Backend::alloc_weight(int64_t k, int64_t n, Precision p) {
+  LTM_ASSERT(p == Precision::kF32, describe(), " holds f32 weights only, not ", precision_name(p));
+  return alloc(static_cast<size_t>(k * n) * sizeof(float));
+}
+
+void Backend::write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin,
+                                int64_t row_end, int64_t k, int64_t n) {
+  LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k);
+  copy_to_device(w.f32() + row_begin * n, rows, static_cast<size_t>((row_end - row_begin) * n) * sizeof(float));
+}
+
+DeviceBuffer Backend::alloc_embedding(int64_t rows, int64_t d, Precision p) {
+  return alloc_weight(rows, d, p);
+}
+
+void Backend::write_embedding_rows(DeviceBuffer& table, const float* e_rows, int64_t row_begin,
+                                   int64_t row_end, int64_t rows, int64_t d) {
+  write_weight_rows(table, e_rows, row_begin, row_end, rows, d);
+}
 
 const int32_t* Backend::stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging) {
   const size_t bytes = std::max<size_t>(n, 1) * sizeof(int32_t);

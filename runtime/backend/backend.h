@@ -14,8 +14,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ltm {
+
+// Element type of a weight matrix or of the KV cache as a backend holds it. Activations,
+// biases, norms and accumulation are fp32 whatever this is.
+enum class Precision : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+size_t precision_size(Precision p);       // 4, 2, 2
+const char* precision_name(Precision p);  // "f32", "bf16", "fp16"
+// "f32" | "fp32", "bf16", "fp16" | "f16"; false for anything else.
+bool parse_precision(std::string_view name, Precision* out);
 
 // Memory owned by a backend (or a view of memory someone else keeps alive). Move-only.
 class DeviceBuffer {
@@ -33,11 +42,15 @@ class DeviceBuffer {
   float* f32() const { return static_cast<float*>(data_); }
   int32_t* i32() const { return static_cast<int32_t*>(data_); }
   bool empty() const { return data_ == nullptr; }
+  // What the elements are, for a weight or a cache (set by the backend that made it).
+  Precision precision() const { return precision_; }
+  void set_precision(Precision p) { precision_ = p; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   std::shared_ptr<void> owner_;  // frees the memory when the last holder goes
+  Precision precision_ = Precision::kF32;
 };
 
 // Metadata of one forward step's attention, already on the device (Backend::stage_i32; see
@@ -59,6 +72,7 @@ struct AttentionArgs {
   int n_head = 0;              // heads on this rank
   int head_dim = 0;            // d_k
   int block_size = 0;          // tokens per KV block
+  Precision kv = Precision::kF32;  // element type of the K and V caches
 };
 
 enum class BackendKind { kCpu, kCuda };
@@ -81,18 +95,36 @@ class Backend {
   // Weights read from the host. When `host_outlives` and the backend computes in host memory,
   // the buffer may alias `host` (no copy); otherwise it is copied.
   virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;
-  // A weight matrix W [k, n] (row-major, as in the checkpoint) in the layout matmul() reads. The
-  // CPU backend packs it into column panels (kernels/cpu/packed_gemm.h) once, here; the default
-  // keeps [k, n] (cuBLAS reads it as is).
-  virtual DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) {
-    return upload(host, static_cast<size_t>(k * n) * sizeof(float), host_outlives);
+  // Whether this backend holds weights and KV caches of these element types.
+  virtual bool supports(Precision weights, Precision kv) const {
+    return weights == Precision::kF32 && kv == Precision::kF32;
   }
+  // A weight matrix W [k, n] (row-major, as in the checkpoint) of element type `p`, in the
+  // layout matmul() reads, filled by row ranges so that loading never holds a whole fp32 copy:
+  // alloc_weight() once, then write_weight_rows() for ranges covering [0, k). The CPU backend
+  // packs into column panels (kernels/cpu/packed_gemm.h); the default keeps [k, n] (cuBLAS reads
+  // it as is). `rows` holds rows [row_begin, row_end) of W, fp32.
+  virtual DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p);
+  virtual void write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin,
+                                 int64_t row_end, int64_t k, int64_t n);
   // The tied embedding E [rows, d] (this rank's vocab rows) in the layout embed() and lm_head()
-  // read. The CPU backend packs E^T into column panels (one copy serves both); the default keeps
-  // [rows, d].
-  virtual DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
-                                        bool host_outlives) {
-    return upload(host, static_cast<size_t>(rows * d) * sizeof(float), host_outlives);
+  // read, filled the same way by ranges of E's rows. The CPU backend packs E^T into column
+  // panels (one copy serves both); the default keeps [rows, d].
+  virtual DeviceBuffer alloc_embedding(int64_t rows, int64_t d, Precision p);
+  virtual void write_embedding_rows(DeviceBuffer& table, const float* e_rows, int64_t row_begin,
+                                    int64_t row_end, int64_t rows, int64_t d);
+  // A whole W or E at once (tests, small tensors).
+  DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n,
+                             Precision p = Precision::kF32) {
+    DeviceBuffer w = alloc_weight(k, n, p);
+    write_weight_rows(w, host, 0, k, k, n);
+    return w;
+  }
+  DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
+                                Precision p = Precision::kF32) {
+    DeviceBuffer t = alloc_embedding(rows, d, p);
+    write_embedding_rows(t, host, 0, rows, rows, d);
+    return t;
   }
   // A step's host int32 array `host[0..n)` where this backend's ops read it. The default copies
   // it into `staging` (grown as needed; keep it for the next step) and returns the device copy;
@@ -145,13 +177,14 @@ class Backend {
   virtual void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
                            int64_t d) = 0;
   // Writes each new token's K and V (from the fused qkv rows [n_tokens, 3 * n_head * d_k])
-  // into the paged cache ([n_blocks, n_head, block_size, d_k] each) at its slot.
-  virtual void kv_cache_write(const AttentionArgs& args, const float* qkv, float* k_cache,
-                              float* v_cache) = 0;
+  // into the paged cache ([n_blocks, n_head, block_size, d_k] each, elements of args.kv) at its
+  // slot.
+  virtual void kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+                              void* v_cache) = 0;
   // out[t, h*d_k ...] = causal softmax(q k^T / sqrt(d_k)) v over the sequence's cached keys.
   // q is read from qkv (the first n_head * d_k columns of each row).
-  virtual void paged_attention(const AttentionArgs& args, const float* qkv, const float* k_cache,
-                               const float* v_cache, float* out) = 0;
+  virtual void paged_attention(const AttentionArgs& args, const float* qkv, const void* k_cache,
+                               const void* v_cache, float* out) = 0;
 };
 
 // The CPU backend with `n_threads` threads for OpenBLAS and the kernels (0: all cores).

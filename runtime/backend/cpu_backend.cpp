@@ -15,6 +15,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/weight_type.h"
 
 namespace ltm {
 
@@ -51,23 +52,47 @@ DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outliv
   return buf;
 }
 
-DeviceBuffer CpuBackend::upload_weight(const float* host, int64_t k, int64_t n, bool) {
-  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(k, n) * sizeof(float));
-  kernels::cpu::pack_weight(host, k, n, buf.f32());
+namespace {
+namespace kc = kernels::cpu;
+kc::WeightType kernel_type(Precision p) {
+  switch (p) {
+    case Precision::kF32: return kc::WeightType::kF32;
+    case Precision::kBF16: return kc::WeightType::kBF16;
+    case Precision::kF16: return kc::WeightType::kF16;
+  }
+  return kc::WeightType::kF32;
+}
+}  // namespace
+
+DeviceBuffer CpuBackend::alloc_weight(int64_t k, int64_t n, Precision p) {
+  // Zeroed, so that pad columns past n read as zero whichever row ranges are written.
+  DeviceBuffer buf = alloc_zeroed(kc::packed_bytes(k, n, kernel_type(p)));
+  buf.set_precision(p);
   return buf;
+}
+
+void CpuBackend::write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin,
+                                   int64_t row_end, int64_t k, int64_t n) {
+  LTM_ASSERT(w.bytes() >= kc::packed_bytes(k, n, kernel_type(w.precision())),
+             "write_weight_rows: buffer of ", w.bytes(), " bytes is not a packed [", k, ", ", n, "]");
+  kc::pack_weight_rows(rows, row_begin, row_end, k, n, kernel_type(w.precision()), w.data());
+}
+
+DeviceBuffer CpuBackend::alloc_embedding(int64_t rows, int64_t d, Precision p) {
+  return alloc_weight(d, rows, p);  // E^T [d, rows]
+}
+
+void CpuBackend::write_embedding_rows(DeviceBuffer& table, const float* e_rows, int64_t row_begin,
+                                      int64_t row_end, int64_t rows, int64_t d) {
+  kc::pack_weight_transposed_rows(e_rows, row_begin, row_end, rows, d,
+                                  kernel_type(table.precision()), table.data());
 }
 
 void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
                         int64_t k, float beta) {
-  LTM_ASSERT(w.bytes() >= kernels::cpu::packed_floats(k, n) * sizeof(float),
+  LTM_ASSERT(w.bytes() >= kc::packed_bytes(k, n, kernel_type(w.precision())),
              "matmul: weight buffer of ", w.bytes(), " bytes is not a packed [", k, ", ", n, "]");
-  kernels::cpu::packed_gemm(a, w.f32(), c, m, n, k, beta);
-}
-
-DeviceBuffer CpuBackend::upload_embedding(const float* host, int64_t rows, int64_t d, bool) {
-  DeviceBuffer buf = alloc(kernels::cpu::packed_floats(d, rows) * sizeof(float));
-  kernels::cpu::pack_weight_transposed(host, rows, d, buf.f32());
-  return buf;
+  kc::packed_gemm(a, w.data(), kernel_type(w.precision()), c, m, n, k, beta);
 }
 
 void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
@@ -75,7 +100,8 @@ void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t ro
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t id = ids[t];
     if (id >= row_begin && id < row_end)
-      kernels::cpu::packed_column(table.f32(), d, id - row_begin, out + t * d);
+      kc::packed_column(table.data(), kernel_type(table.precision()), d, id - row_begin,
+                        out + t * d);
     else
       std::memset(out + t * d, 0, sizeof(float) * d);
   }
@@ -83,7 +109,7 @@ void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t ro
 
 void CpuBackend::lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,
                          int64_t rows, int64_t d) {
-  kernels::cpu::packed_gemm(x, table.f32(), logits, m, rows, d, 0.0f);
+  kc::packed_gemm(x, table.data(), kernel_type(table.precision()), logits, m, rows, d, 0.0f);
 }
 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
@@ -123,13 +149,13 @@ void CpuBackend::gather_rows(const float* src, const int32_t* rows, float* dst, 
                              int64_t d) {
   kernels::cpu::gather_rows(src, rows, dst, n, d);
 }
-void CpuBackend::kv_cache_write(const AttentionArgs& a, const float* qkv, float* k_cache,
-                                float* v_cache) {
+void CpuBackend::kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache,
+                                void* v_cache) {
   kernels::cpu::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
-                               a.block_size, k_cache, v_cache);
+                               a.block_size, kernel_type(a.kv), k_cache, v_cache);
 }
-void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const float* k_cache,
-                                 const float* v_cache, float* out) {
+void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache,
+                                 const void* v_cache, float* out) {
   LTM_ASSERT(a.head_dim <= 512, "head_dim ", a.head_dim, " > 512 is not supported on CPU");
   kernels::cpu::PagedAttentionShape shape{a.n_seqs,
                                           a.n_head,
@@ -138,7 +164,8 @@ void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const
                                           a.max_blocks_per_seq,
                                           a.token_offsets,
                                           a.context_lens,
-                                          a.block_tables};
+                                          a.block_tables,
+                                          kernel_type(a.kv)};
   kernels::cpu::paged_attention(shape, qkv, k_cache, v_cache, out);
 }
 

@@ -22,11 +22,16 @@ class CpuBackend final : public Backend {
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   // Host memory is this backend's device memory: the ops read the host array itself.
   const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }
-  DeviceBuffer upload_weight(const float* host, int64_t k, int64_t n, bool host_outlives) override;
+  // Weights in f32, bf16 or fp16 packed panels; KV caches of any of the three.
+  bool supports(Precision, Precision) const override { return true; }
+  DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override;
+  void write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
+                         int64_t k, int64_t n) override;
+  DeviceBuffer alloc_embedding(int64_t rows, int64_t d, Precision p) override;
+  void write_embedding_rows(DeviceBuffer& table, const float* e_rows, int64_t row_begin,
+                            int64_t row_end, int64_t rows, int64_t d) override;
   void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
               float beta) override;
-  DeviceBuffer upload_embedding(const float* host, int64_t rows, int64_t d,
-                                bool host_outlives) override;
   void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin, int64_t row_end,
              float* out, int64_t n_tokens, int64_t d) override;
   void lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m, int64_t rows,
@@ -50,10 +55,10 @@ class CpuBackend final : public Backend {
                               int64_t n_tokens, int64_t d) override;
   void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
                    int64_t d) override;
-  void kv_cache_write(const AttentionArgs& args, const float* qkv, float* k_cache,
-                      float* v_cache) override;
-  void paged_attention(const AttentionArgs& args, const float* qkv, const float* k_cache,
-                       const float* v_cache, float* out) override;
+  void kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+                      void* v_cache) override;
+  void paged_attention(const AttentionArgs& args, const float* qkv, const void* k_cache,
+                       const void* v_cache, float* out) override;
 
  private:
   int n_threads_;

@@ -233,14 +233,21 @@ class CudaBackend final : public Backend {
     use_device(device_);
     kernels::cuda::gather_rows(src, rows, dst, n, d, ctx_->stream);
   }
-  void kv_cache_write(const AttentionArgs& a, const float* qkv, float* k_cache,
-                      float* v_cache) override {
+  // fp32 caches only for now (supports() says so; the model refuses others before this).
+  void kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache_v,
+                      void* v_cache_v) override {
+    LTM_ASSERT(a.kv == Precision::kF32, "CUDA KV cache is f32 only");
+    float* k_cache = static_cast<float*>(k_cache_v);
+    float* v_cache = static_cast<float*>(v_cache_v);
     use_device(device_);
     kernels::cuda::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
                                   a.block_size, k_cache, v_cache, ctx_->stream);
   }
-  void paged_attention(const AttentionArgs& a, const float* qkv, const float* k_cache,
-                       const float* v_cache, float* out) override {
+  void paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache_v,
+                       const void* v_cache_v, float* out) override {
+    LTM_ASSERT(a.kv == Precision::kF32, "CUDA KV cache is f32 only");
+    const float* k_cache = static_cast<const float*>(k_cache_v);
+    const float* v_cache = static_cast<const float*>(v_cache_v);
     if (a.n_tokens == 0) return;
     // The kernels size their grids from these host hints; a stale hint would drop rows silently.
     LTM_ASSERT(a.max_new_tokens >= 1 && a.max_new_tokens <= a.n_tokens &&

@@ -2,7 +2,8 @@
 // (Which block a sequence gets is rank 0's business: runtime/serve/block_allocator.h.)
 //
 // Storage (every rank): per local layer, K and V each [n_blocks, n_head_local, block_size, d_k]
-// (device memory). Which blocks a sequence uses is decided by the scheduler on rank 0 and sent in
+// (device memory), elements of `precision` (f32, or bf16/fp16: half the bytes to read per
+// attention step and twice the tokens per megabyte). Which blocks a sequence uses is decided by the scheduler on rank 0 and sent in
 // every step plan as a block table, so all ranks agree without talking.
 // Threading: single-threaded (the step thread).
 #pragma once
@@ -20,18 +21,20 @@ namespace ltm {
 class KvCache {
  public:
   KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local, int64_t head_dim,
-          int32_t block_size, int32_t n_blocks);
-  float* k(int64_t layer) { return k_[layer].f32(); }  // layer: index within this stage
-  float* v(int64_t layer) { return v_[layer].f32(); }
+          int32_t block_size, int32_t n_blocks, Precision precision = Precision::kF32);
+  void* k(int64_t layer) { return k_[layer].data(); }  // layer: index within this stage
+  void* v(int64_t layer) { return v_[layer].data(); }
   int32_t block_size() const { return block_size_; }
   int32_t n_blocks() const { return n_blocks_; }
+  Precision precision() const { return precision_; }
 
   // Bytes one block takes across `n_layers` layers, K and V.
   static int64_t block_bytes(int64_t n_layers, int64_t n_head_local, int64_t head_dim,
-                             int32_t block_size);
+                             int32_t block_size, Precision precision = Precision::kF32);
 
  private:
   int32_t block_size_, n_blocks_;
+  Precision precision_;
   std::vector<DeviceBuffer> k_, v_;
 };
 
@@ -54,6 +57,7 @@ struct KvSizing {
   int32_t block_size = 16;
   int64_t kv_memory_mb = 0;
   bool serving = false;
+  Precision precision = Precision::kF32;
 };
 absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& sizing);
 

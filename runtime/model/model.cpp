@@ -15,14 +15,20 @@ Model::Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend
 
 absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, Backend& backend,
                                                    const ShardSpec& shard,
-                                                   parallel::Communicator& tp_comm) {
+                                                   parallel::Communicator& tp_comm,
+                                                   const ModelOptions& options) {
   const ModelConfig& c = source.config();
   LTM_RETURN_IF_ERROR(parallel::validate_layout(shard.tp * shard.pp, shard.tp, shard.pp, c.n_head,
                                                 c.n_layer, c.n_inner));
   if (tp_comm.size() != shard.tp)
     return absl::InternalError(absl::StrCat("TP communicator has ", tp_comm.size(),
                                             " ranks but --tp is ", shard.tp));
+  if (!backend.supports(options.weights, Precision::kF32))
+    return absl::InvalidArgumentError(absl::StrCat("--weight-dtype ", precision_name(options.weights),
+                                                   ": ", backend.describe(),
+                                                   " does not hold weights of that type"));
   std::unique_ptr<Model> m(new Model(c, shard, backend, tp_comm));
+  m->weight_precision_ = options.weights;
   m->d_ = c.n_embd;
   m->head_dim_ = c.head_dim();
   m->layers_ = parallel::stage_layers(c.n_layer, c.vocab_size, c.n_embd, shard.pp, shard.pp_rank);
@@ -40,44 +46,60 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
 // along columns; rows a part lacks (vocab padding) are zero. Every tensor is copied into the
 // backend's memory (packed for matmul weights), never used in place from the checkpoint's
 // mapping: the rank's memory is then its weights alone once the checkpoint is closed, and a file
-// rewritten under a serving rank cannot reach it. `whole`: the one part is the whole tensor.
+// rewritten under a serving rank cannot reach it. Matrices and the embedding go in by ranges of
+// rows of at most kChunkBytes of fp32, converted to the weight precision as they are packed, so
+// loading holds no whole fp32 copy of a tensor. `whole`: the one part is the whole tensor.
 DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
                                 const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
                                 bool whole, TensorUse use) {
-  const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(float);
-  weight_bytes_ += bytes;
+  constexpr int64_t kChunkBytes = 8 << 20;
   if (whole)
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
                parts[0].row_end == rows && parts[0].col_end == cols);
-  std::vector<float> host(static_cast<size_t>(rows * cols), 0.0f);
-  int64_t col0 = 0;
-  for (const SliceSpec& part : parts) {
-    const int64_t pr = part.row_end - part.row_begin;
-    const int64_t pc = part.col_end - part.col_begin;
-    if (parts.size() == 1) {
-      source.read_f32(name, part, host.data());
-    } else {
-      std::vector<float> tmp(static_cast<size_t>(pr * pc));
-      source.read_f32(name, part, tmp.data());
-      for (int64_t r = 0; r < pr; ++r)
-        std::copy_n(tmp.data() + r * pc, pc, host.data() + r * cols + col0);
+  const Precision p = use == TensorUse::kPlain ? Precision::kF32 : weight_precision_;
+  weight_bytes_ += static_cast<uint64_t>(rows * cols) * precision_size(p);
+  DeviceBuffer out;
+  if (use == TensorUse::kMatrix) out = backend_.alloc_weight(rows, cols, p);
+  if (use == TensorUse::kEmbedding) out = backend_.alloc_embedding(rows, cols, p);
+  const int64_t chunk = use == TensorUse::kPlain
+                            ? rows
+                            : std::max<int64_t>(1, kChunkBytes / (cols * int64_t{sizeof(float)}));
+  std::vector<float> host, tmp;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t r1 = std::min(rows, r0 + chunk);
+    host.assign(static_cast<size_t>((r1 - r0) * cols), 0.0f);
+    int64_t col0 = 0;
+    for (const SliceSpec& part : parts) {
+      const int64_t pr = part.row_end - part.row_begin;
+      const int64_t pc = part.col_end - part.col_begin;
+      const int64_t lo = std::min(r0, pr), hi = std::min(r1, pr);  // rows of this part in the chunk
+      if (hi > lo) {
+        const SliceSpec piece{part.row_begin + lo, part.row_begin + hi, part.col_begin,
+                              part.col_end};
+        if (parts.size() == 1) {
+          source.read_f32(name, piece, host.data());
+        } else {
+          tmp.resize(static_cast<size_t>((hi - lo) * pc));
+          source.read_f32(name, piece, tmp.data());
+          for (int64_t r = 0; r < hi - lo; ++r)
+            std::copy_n(tmp.data() + r * pc, pc, host.data() + (lo - r0 + r) * cols + col0);
+        }
+      }
+      col0 += pc;
     }
-    col0 += pc;
+    switch (use) {
+      case TensorUse::kMatrix:
+        backend_.write_weight_rows(out, host.data(), r0, r1, rows, cols);
+        break;
+      case TensorUse::kEmbedding:
+        backend_.write_embedding_rows(out, host.data(), r0, r1, rows, cols);
+        break;
+      case TensorUse::kPlain:
+        out = backend_.upload(host.data(), host.size() * sizeof(float), false);
+        break;
+    }
   }
-  return upload_tensor(host.data(), rows, cols, use, false);
-}
-
-DeviceBuffer Model::upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
-                                  bool host_outlives) {
-  switch (use) {
-    case TensorUse::kMatrix:
-      return backend_.upload_weight(host, rows, cols, host_outlives);
-    case TensorUse::kEmbedding:
-      return backend_.upload_embedding(host, rows, cols, host_outlives);
-    case TensorUse::kPlain:
-      break;
-  }
-  return backend_.upload(host, static_cast<size_t>(rows * cols) * sizeof(float), host_outlives);
+  return out;
 }
 
 absl::Status Model::load_weights(const WeightSource& source) {
@@ -197,6 +219,7 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   LTM_ASSERT(static_cast<int64_t>(step.token_offsets.size()) == step.n_seqs() + 1);
   upload_step(step);
   attn_args_.block_size = cache.block_size();
+  attn_args_.kv = cache.precision();
   ensure_workspace(n);
   const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
   const float eps = config_.layer_norm_epsilon;

@@ -47,13 +47,21 @@ struct LayerWeights {
   DeviceBuffer mlp_proj_b;          // [d]               added once, after the all-reduce
 };
 
+// How the weights are held: the matrices and the tied embedding in `weights` (biases, norms
+// and learned positions stay fp32; so do activations and accumulation).
+struct ModelOptions {
+  Precision weights = Precision::kF32;
+};
+
 class Model {
  public:
   // Loads this rank's slices from `source` onto `backend`. `tp_comm` is the TP group (size tp).
-  // Refuses (InvalidArgument) shapes this shard cannot split.
+  // Refuses (InvalidArgument) shapes this shard cannot split and weight types the backend
+  // cannot hold.
   static absl::StatusOr<std::unique_ptr<Model>> load(const WeightSource& source, Backend& backend,
                                                      const ShardSpec& shard,
-                                                     parallel::Communicator& tp_comm);
+                                                     parallel::Communicator& tp_comm,
+                                                     const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }
@@ -61,8 +69,9 @@ class Model {
   int64_t n_head_local() const { return n_head_local_; }
   parallel::Range vocab_rows() const { return vocab_; }  // padded-vocab rows held (first/last stage)
   int64_t vocab_local() const { return vocab_.size(); }
-  // Bytes of weights this rank holds (device memory, or the mapping when read in place).
+  // Bytes of weights this rank holds (device memory).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  Precision weight_precision() const { return weight_precision_; }
 
   // Runs the stage on `step`. First stage: embeds step.token_ids into `hidden` first; other
   // stages: `hidden` holds the previous stage's output. On return `hidden` ([n_tokens, d],
@@ -76,15 +85,13 @@ class Model {
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
         parallel::Communicator& tp_comm);
-  // How a loaded tensor is handed to the backend: as is, as a matmul weight (upload_weight), or
-  // as the tied embedding (upload_embedding).
+  // How a loaded tensor is handed to the backend: as is (fp32), as a matmul weight
+  // (alloc_weight / write_weight_rows), or as the tied embedding (alloc_embedding / ...).
   enum class TensorUse { kPlain, kMatrix, kEmbedding };
   absl::Status load_weights(const WeightSource& source);
   DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
                            const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
                            bool whole, TensorUse use = TensorUse::kPlain);
-  DeviceBuffer upload_tensor(const float* host, int64_t rows, int64_t cols, TensorUse use,
-                             bool host_outlives);
   void upload_step(const StepInput& step);
   void ensure_workspace(int64_t n_tokens);
   void all_reduce(float* data, int64_t count);
@@ -96,8 +103,9 @@ class Model {
   parallel::Range layers_, heads_, ffn_, vocab_;
   int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
+  Precision weight_precision_ = Precision::kF32;
 
-  DeviceBuffer wte_;          // [vocab_local, d] (upload_embedding)  first and last stage
+  DeviceBuffer wte_;          // [vocab_local, d] (alloc_embedding)  first and last stage
   DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only
   DeviceBuffer ln_f_g_, ln_f_b_;  // [d]          last stage
   std::vector<LayerWeights> layer_;  // this stage's layers, in order

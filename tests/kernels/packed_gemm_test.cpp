@@ -111,8 +111,8 @@ TEST_P(PackedGemmIsa, CpuBackendUploadWeightAndMatmul) {
   auto backend = make_cpu_backend(2);
   const int64_t m = 11, n = 200, k = 96;
   const Inputs in = random_inputs(m, n, k);
-  for (bool host_outlives : {false, true}) {
-    DeviceBuffer w = backend->upload_weight(in.w.data(), k, n, host_outlives);
+  {
+    DeviceBuffer w = backend->upload_weight(in.w.data(), k, n);
     std::vector<float> out = in.c0;
     backend->matmul(in.a.data(), w, out.data(), m, n, k, 1.0f);
     expect_close(out, reference(in, m, n, k, 1.0f), m, n, k, 1.0f);
@@ -141,7 +141,7 @@ TEST_P(PackedGemmIsa, CpuBackendEmbedAndLmHead) {
   const int64_t rows = 200, d = 48, m = 7;  // this rank holds vocab rows [100, 300)
   const Inputs in = random_inputs(m, rows, d);  // a [m, d], w read as E [rows, d]
   const std::vector<float>& e = in.w;
-  DeviceBuffer table = backend->upload_embedding(e.data(), rows, d, false);
+  DeviceBuffer table = backend->upload_embedding(e.data(), rows, d);
   std::vector<float> logits(m * rows, std::nanf("")), ref(m * rows);
   backend->lm_head(in.a.data(), table, logits.data(), m, rows, d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, rows, d, 1.0f, in.a.data(), d, e.data(),

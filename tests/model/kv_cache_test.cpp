@@ -21,8 +21,18 @@ KvSizing gpt2_small(int64_t kv_memory_mb, bool serving) {
 }
 
 TEST(KvCache, BlockBytesCountKAndVOfEveryLayer) {
-  // 2 (K, V) x 12 layers x 12 heads x 16 slots x 64 floats x 4 bytes.
+  // 2 (K, V) x 12 layers x 12 heads x 16 slots x 64 elements x 4 bytes (2 for a 16-bit cache).
   EXPECT_EQ(KvCache::block_bytes(12, 12, 64, 16), 2 * 12 * 12 * 16 * 64 * 4);
+  EXPECT_EQ(KvCache::block_bytes(12, 12, 64, 16, Precision::kF16), 2 * 12 * 12 * 16 * 64 * 2);
+}
+
+TEST(PlanKvBlocks, ASixteenBitCacheHoldsTwiceTheBlocks) {
+  KvSizing z = gpt2_small(0, true);
+  auto f32 = plan_kv_blocks(z);
+  z.precision = Precision::kBF16;
+  auto bf16 = plan_kv_blocks(z);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  EXPECT_EQ(*bf16, 2 * *f32);
 }
 
 TEST(PlanKvBlocks, ServingDefaultsToOneGibibyte) {
@@ -57,12 +67,13 @@ TEST(PlanKvBlocks, ABudgetBelowOneBlockIsRefusedWithTheNumbers) {
 TEST(KvCache, StorageStartsZeroed) {
   auto backend = make_cpu_backend(1);
   KvCache cache(*backend, 2, 3, 8, 4, 5);
+  EXPECT_EQ(cache.precision(), Precision::kF32);
   EXPECT_EQ(cache.n_blocks(), 5);
   EXPECT_EQ(cache.block_size(), 4);
   for (int l = 0; l < 2; ++l)
     for (int i = 0; i < 5 * 3 * 4 * 8; ++i) {
-      ASSERT_EQ(cache.k(l)[i], 0.0f);
-      ASSERT_EQ(cache.v(l)[i], 0.0f);
+      ASSERT_EQ(static_cast<const float*>(cache.k(l))[i], 0.0f);
+      ASSERT_EQ(static_cast<const float*>(cache.v(l))[i], 0.0f);
     }
 }
 

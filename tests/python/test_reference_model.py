@@ -29,11 +29,13 @@ def prompt(n, seed=0, vocab=SHAPE["vocab_size"]):
 
 
 def check_logits(path, tmp_path, ids, n_new=6, extra=()):
+    # An f32 cache whatever the checkpoint's dtype (16-bit checkpoints default to 16-bit weights,
+    # which hold the stored values exactly, and an fp16 cache, which does not: see check_16bit).
     ref = reference_for(path)
     p_npy, g_npy = tmp_path / "prompt.npy", tmp_path / "gen.npy"
     out = generate_json(path, prompt_ids=ids, max_new_tokens=n_new,
                         extra=["--dump-prompt-logits", p_npy, "--dump-logits", g_npy,
-                               "--ignore-eos", *extra])
+                               "--ignore-eos", "--kv-dtype", "f32", *extra])
     gen = out["generated_ids"]
     assert len(gen) == n_new
     full = ref.logits(ids + gen).numpy()
@@ -80,6 +82,75 @@ def test_logits_match_reference_with_peaked_attention(tmp_path, dtype):
         moved = (reference_for(path, attn_scale=wrong).logits(ids) - right).abs().max().item()
         print(f"attention scale {wrong:g} instead of {hd ** -0.5:g} moves the logits by {moved:.3g}")
         assert moved > 100 * TOL
+
+
+# 16-bit weights and KV cache (--weight-dtype, --kv-dtype). Against the reference computed with
+# the same roundings (16-bit weight matrices and embedding; K and V rounded before attention)
+# ltm must agree as closely as in fp32: the rest is fp32 arithmetic in another order. Against the
+# plain fp32 reference the difference is the rounding itself: bounded loosely, and greedy picks
+# must agree wherever the fp32 reference's top-2 margin exceeds that bound.
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+LOOSE = {"bf16": 0.05, "fp16": 0.01}  # max |logit - fp32 reference|, logits of magnitude ~1-5
+
+
+def check_16bit(path, tmp_path, ids, weight_dtype, kv_dtype, n_new=6, tp=1):
+    p_npy, g_npy = tmp_path / "prompt.npy", tmp_path / "gen.npy"
+    out = generate_json(path, prompt_ids=ids, max_new_tokens=n_new, ranks=tp,
+                        extra=["--dump-prompt-logits", p_npy, "--dump-logits", g_npy,
+                               "--ignore-eos", "--weight-dtype", weight_dtype,
+                               "--kv-dtype", kv_dtype, "--tp", tp])
+    assert out["layout"]["weight_dtype"] == weight_dtype
+    assert out["layout"]["kv_dtype"] == kv_dtype
+    gen = out["generated_ids"]
+    # Position i's logits for i < len(ids) from the prompt dump; generated token j was chosen
+    # from position len(ids) - 1 + j, so the generation dump adds positions len(ids) ...
+    got = np.concatenate([np.load(p_npy), np.load(g_npy)[1:]])
+    ctx = ids + gen
+    same = reference_for(path, weight_round=TORCH_DTYPE.get(weight_dtype),
+                         kv_round=TORCH_DTYPE.get(kv_dtype)).logits(ctx).numpy()[: len(got)]
+    plain = reference_for(path).logits(ctx).numpy()[: len(got)]
+    d_same = np.abs(got - same).max()
+    d_plain = np.abs(got - plain).max()
+    print(f"weights {weight_dtype}, KV {kv_dtype}: max |logits - same-rounding reference| "
+          f"{d_same:.3g}, max |logits - fp32 reference| {d_plain:.3g}")
+    # With a 16-bit cache, K and V are rounded from fp32 here and from float64 in the reference:
+    # an element within fp32 error of a rounding boundary goes the other way (measured: a few in
+    # 10^4 with fp16), moving the logits by up to ~1e-3. The weights' rounding leaves no such
+    # flips (they are rounded once, from the same fp32 values).
+    assert d_same < (TOL if kv_dtype == "f32" else 2e-3)
+    loose = LOOSE.get(weight_dtype, 0) + LOOSE.get(kv_dtype, 0)
+    assert d_plain < loose
+    top2 = np.sort(plain, axis=1)[:, -2:]
+    sure = (top2[:, 1] - top2[:, 0]) > 2 * loose
+    assert sure.sum() > 0
+    assert (np.argmax(got, axis=1)[sure] == np.argmax(plain, axis=1)[sure]).all()
+
+
+@pytest.mark.parametrize("weight_dtype,kv_dtype", [("bf16", "f32"), ("fp16", "f32"),
+                                                   ("f32", "fp16"), ("f32", "bf16"),
+                                                   ("bf16", "fp16")])
+def test_16bit_weights_and_kv_cache_match_reference(tmp_path, weight_dtype, kv_dtype):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=14, std=0.2, **SHAPE)
+    check_16bit(path, tmp_path, prompt(30, seed=14), weight_dtype, kv_dtype)
+
+
+def test_16bit_weights_sliced_over_two_tensor_parallel_ranks(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, seed=16, std=0.2, **SHAPE)
+    check_16bit(path, tmp_path, prompt(30, seed=16), "bf16", "fp16", tp=2)
+
+
+def test_bf16_checkpoint_defaults_to_bf16_weights_and_fp16_cache(tmp_path):
+    path = str(tmp_path / "m")
+    make_checkpoint(path, dtype="BF16", seed=15, std=0.2, **SHAPE)
+    out = generate_json(path, prompt_ids=prompt(8, seed=15), max_new_tokens=2)
+    assert out["layout"]["weight_dtype"] == "bf16"
+    assert out["layout"]["kv_dtype"] == "fp16"
+    # An F32 checkpoint keeps f32 everywhere unless asked.
+    make_checkpoint(path, dtype="F32", seed=15, **SHAPE)
+    out = generate_json(path, prompt_ids=prompt(8, seed=15), max_new_tokens=2)
+    assert (out["layout"]["weight_dtype"], out["layout"]["kv_dtype"]) == ("f32", "f32")
 
 
 def test_sharded_checkpoint_without_prefix(tmp_path):

@@ -13,10 +13,22 @@ import torch
 
 class Gpt2Reference:
     def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
-                 dtype: torch.dtype = torch.float64, attn_scale: Optional[float] = None):
+                 dtype: torch.dtype = torch.float64, attn_scale: Optional[float] = None,
+                 weight_round: Optional[torch.dtype] = None,
+                 kv_round: Optional[torch.dtype] = None):
         """attn_scale: the factor on q k^T (default 1 / sqrt(d_k), as GPT-2); another value
-        builds a deliberately wrong model, to show that a test would see the difference."""
-        self.w = {k: v.to(dtype) for k, v in weights.items()}
+        builds a deliberately wrong model, to show that a test would see the difference.
+        weight_round: round the weight matrices and the tied embedding to this dtype first (what
+        a runtime holding 16-bit weights computes with; biases, norms and positions stay).
+        kv_round: round K and V to this dtype before attention (a 16-bit KV cache)."""
+        def rounded(name, v):
+            matrix = name == "wte.weight" or (name.endswith(".weight") and v.dim() == 2
+                                              and name != "wpe.weight")
+            if weight_round is not None and matrix:
+                v = v.to(weight_round)
+            return v.to(dtype)
+        self.w = {k: rounded(k, v) for k, v in weights.items()}
+        self.kv_round = kv_round
         self.n_layer = config["n_layer"]
         self.n_head = config["n_head"]
         self.d = config["n_embd"]
@@ -58,6 +70,9 @@ class Gpt2Reference:
             q = q.view(n, self.n_head, hd).transpose(0, 1)
             k = k.view(n, self.n_head, hd).transpose(0, 1)
             v = v.view(n, self.n_head, hd).transpose(0, 1)
+            if self.kv_round is not None:
+                k = k.to(self.kv_round).to(self.dtype)
+                v = v.to(self.kv_round).to(self.dtype)
             scale = self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(hd)
             att = (q @ k.transpose(1, 2)) * scale
             att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
