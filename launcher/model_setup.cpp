@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "parallel/partition.h"
+#include "runtime/model/load_guard.h"
 
 namespace ltm {
 
@@ -74,15 +75,35 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     rs->backend = make_cpu_backend(rs->threads);
   }
 
-  std::error_code ec;
-  if (std::filesystem::is_directory(o.model, ec)) {
-    LTM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model));
-    rs->source = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(ckpt)), o.model);
-  } else {
-    rs->source = make_random_source(config, o.init_seed, o.init_std);
-  }
   ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
-  LTM_ASSIGN_OR_RETURN(rs->model, Model::load(*rs->source, *rs->backend, shard, rs->world->tp()));
+  // Weights that would not fit in memory are refused before anything is allocated.
+  if (o.device == "cpu")
+    LTM_RETURN_IF_ERROR(check_host_memory(weight_bytes_per_rank(config, shard), local_ranks(),
+                                          available_host_memory()));
+  std::error_code ec;
+  std::vector<FileStamp> stamps;
+  std::unique_ptr<WeightSource> inner;
+  if (std::filesystem::is_directory(o.model, ec)) {
+    stamps = stamp_checkpoint_files(o.model);
+    LTM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model));
+    inner = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(ckpt)), o.model);
+  } else {
+    inner = make_random_source(config, o.init_seed, o.init_std);
+  }
+  // Every weight is copied at load (none used in place), so a checkpoint file that is truncated
+  // or rewritten later cannot SIGBUS a serving rank (runtime/model/load_guard.h).
+  std::unique_ptr<GuardedSource> guarded = make_guarded_source(std::move(inner), o.check_weights);
+  const GuardedSource* guard = guarded.get();
+  rs->source = std::move(guarded);
+  try {
+    LTM_ASSIGN_OR_RETURN(rs->model, Model::load(*rs->source, *rs->backend, shard, rs->world->tp()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory while loading the weights (", weight_bytes_per_rank(config, shard),
+        " bytes of fp32 weights on this rank)"));
+  }
+  LTM_RETURN_IF_ERROR(guard->status());
+  LTM_RETURN_IF_ERROR(verify_unchanged(stamps));
 
   const uint64_t my_bytes = rs->source->bytes_read();
   rs->bytes_read_per_rank.resize(rs->world->size());
