@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
@@ -80,6 +82,20 @@ absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Mes
   return absl::InvalidArgumentError(
       absl::StrCat("the request is not a valid ", descriptor->full_name(), " message"));
 }
+
+// Linking grpc++_reflection registers its plugin with every ServerBuilder of the process (a static
+// initializer); this option takes it off a builder again, so reflection is served only on request.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
 
 grpc::ByteBuffer serialize(const google::protobuf::Message& message) {
   grpc::Slice slice(message.SerializeAsString());
@@ -619,12 +635,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
   server->state_ = state;
   server->service_ = std::make_unique<Service>(state);
 
-  // Process-wide switches that apply to servers built from now on. Reflection, once on, stays on
-  // for later servers of the process; ltm-worker builds one.
+  // Process-wide switches that apply to servers built from now on; reflection is then taken off
+  // this builder unless asked for.
   grpc::EnableDefaultHealthCheckService(true);
-  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
+  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   builder.AddListeningPort(options.address, credentials, &port);
   builder.RegisterService(server->service_.get());
