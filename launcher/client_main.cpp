@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "launcher/client_connection.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 
 namespace po = boost::program_options;
@@ -111,16 +112,17 @@ int main(int argc, char** argv) {
       "Usage: ltm-client --server HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
       "       ltm-client --server HOST:PORT --info | --tokenize TEXT | --detokenize 1,2,3\n"
       "Options");
-  std::string server, prompt, prompt_ids_text, tokenize_text, detokenize_text, request_id;
+  std::string prompt, prompt_ids_text, tokenize_text, detokenize_text, request_id;
   std::vector<std::string> stop;
   int max_new_tokens = 0, top_k = 0;
   float temperature = 0, top_p = 0, repetition_penalty = 0;
   uint64_t seed = 0;
   double timeout_s = 0;
   bool stream = false, no_stream = false, logprobs = false, info = false, ignore_eos = false;
+  ltm::ConnectionOptions conn_opts;
+  ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
       ("help,h", "print this help")
-      ("server", po::value(&server)->required(), "server address, HOST:PORT")
       ("prompt", po::value(&prompt), "prompt text")
       ("prompt-ids", po::value(&prompt_ids_text), "prompt as token ids, comma-separated")
       ("max-new-tokens", po::value(&max_new_tokens), "tokens to generate at most (server default 16)")
@@ -178,13 +180,18 @@ int main(int argc, char** argv) {
     detokenize_ids = *ids;
   }
 
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
-  std::unique_ptr<ltm::v1::Generation::Stub> stub = ltm::v1::Generation::NewStub(channel);
+  ltm::Connection conn;
+  std::string conn_error;
+  if (!ltm::connect(conn_opts, &conn, &conn_error)) {
+    std::fprintf(stderr, "ltm-client: %s\n", conn_error.c_str());
+    return 2;
+  }
+  std::unique_ptr<ltm::v1::Generation::Stub> stub = ltm::v1::Generation::NewStub(conn.channel);
 
   if (info) {
     grpc::ClientContext ctx;
     set_deadline(ctx, timeout_s);
+    conn.prepare(ctx);
     ltm::v1::ModelInfo model_info;
     grpc::Status s = stub->GetModelInfo(&ctx, ltm::v1::GetModelInfoRequest(), &model_info);
     if (!s.ok()) return fail(s);
@@ -193,6 +200,7 @@ int main(int argc, char** argv) {
   if (vm.count("tokenize")) {
     grpc::ClientContext ctx;
     set_deadline(ctx, timeout_s);
+    conn.prepare(ctx);
     ltm::v1::TokenizeRequest req;
     req.set_text(tokenize_text);
     ltm::v1::TokenizeResponse resp;
@@ -203,6 +211,7 @@ int main(int argc, char** argv) {
   if (vm.count("detokenize")) {
     grpc::ClientContext ctx;
     set_deadline(ctx, timeout_s);
+    conn.prepare(ctx);
     ltm::v1::TokenizeRequest req;
     req.mutable_token_ids()->Add(detokenize_ids.begin(), detokenize_ids.end());
     ltm::v1::TokenizeResponse resp;
@@ -228,6 +237,7 @@ int main(int argc, char** argv) {
 
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout_s);
+  conn.prepare(ctx);
   std::vector<int32_t> ids;
   std::vector<float> lps;
   if (no_stream) {

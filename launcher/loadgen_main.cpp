@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/client_connection.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 
 namespace po = boost::program_options;
@@ -99,7 +100,7 @@ Summary summarize(std::vector<double> v) {
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-void run_one(ltm::v1::Generation::Stub& stub, const Options& o, int64_t vocab, std::mt19937_64& rng,
+void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const Options& o, int64_t vocab, std::mt19937_64& rng,
              Samples& out) {
   ltm::v1::GenerateRequest req;
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
@@ -112,6 +113,7 @@ void run_one(ltm::v1::Generation::Stub& stub, const Options& o, int64_t vocab, s
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(static_cast<int64_t>(o.timeout_s * 1e6)));
+  conn.prepare(ctx);
   const Clock::time_point start = Clock::now();
   Clock::time_point prev = start;
   bool first = true;
@@ -150,9 +152,10 @@ int main(int argc, char** argv) {
   po::options_description desc(
       "Usage: ltm-loadgen --server HOST:PORT [--concurrency C] [--duration-s S] [--requests N]\n"
       "                   [--prompt-tokens P] [--max-new-tokens M] [--json]\nOptions");
+  ltm::ConnectionOptions conn_opts;
+  ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
       ("help,h", "print this help")
-      ("server", po::value(&o.server)->required(), "server address, HOST:PORT")
       ("concurrency", po::value(&o.concurrency)->default_value(o.concurrency), "calls in flight")
       ("duration-s", po::value(&o.duration_s)->default_value(o.duration_s),
        "start no call after this many seconds (at most 86400)")
@@ -189,14 +192,20 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(o.server, grpc::InsecureChannelCredentials());
-  std::unique_ptr<ltm::v1::Generation::Stub> stub = ltm::v1::Generation::NewStub(channel);
+  o.server = conn_opts.server;
+  ltm::Connection conn;
+  std::string conn_error;
+  if (!ltm::connect(conn_opts, &conn, &conn_error)) {
+    std::fprintf(stderr, "ltm-loadgen: %s\n", conn_error.c_str());
+    return 2;
+  }
+  std::unique_ptr<ltm::v1::Generation::Stub> stub = ltm::v1::Generation::NewStub(conn.channel);
   ltm::v1::ModelInfo info;
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     ctx.set_wait_for_ready(true);  // the server may still be starting
+    conn.prepare(ctx);
     grpc::Status s = stub->GetModelInfo(&ctx, ltm::v1::GetModelInfoRequest(), &info);
     if (!s.ok()) {
       std::fprintf(stderr, "ltm-loadgen: cannot reach %s: %s: %s\n", o.server.c_str(),
@@ -217,7 +226,7 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(t));
       while (Clock::now() < stop_at) {
         if (o.requests > 0 && started.fetch_add(1) >= o.requests) break;
-        run_one(*stub, o, vocab, rng, per_thread[static_cast<size_t>(t)]);
+        run_one(*stub, conn, o, vocab, rng, per_thread[static_cast<size_t>(t)]);
       }
     });
   }

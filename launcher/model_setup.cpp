@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "common/memory.h"
 #include "common/check.h"
 #include "parallel/partition.h"
+#include "runtime/model/load_guard.h"
 
 namespace ltm {
 
@@ -100,25 +102,49 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     rs->backend = make_cpu_backend(rs->threads);
   }
 
-  std::error_code ec;
-  if (std::filesystem::is_directory(o.model, ec)) {
-    LTM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(o.model));
-    rs->checkpoint_dtype = ckpt.dtype("wte.weight");
-    rs->source = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(ckpt)), o.model);
-  } else {
-    rs->source = make_random_source(config, o.init_seed, o.init_std);
-  }
   ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
+  std::error_code ec;
+  const bool folder = std::filesystem::is_directory(o.model, ec);
+  std::optional<Checkpoint> ckpt;
+  std::vector<FileStamp> stamps;
+  if (folder) {
+    stamps = stamp_checkpoint_files(o.model);  // before opening: a change while loading shows
+    LTM_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(o.model));
+    rs->checkpoint_dtype = opened.dtype("wte.weight");
+    ckpt.emplace(std::move(opened));
+  }
   LTM_ASSIGN_OR_RETURN(const Precisions precisions, choose_precisions(o, rs->checkpoint_dtype));
   if (!rs->backend->supports(precisions.weights, precisions.kv))
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-dtype ", precision_name(precisions.weights), " --kv-dtype ",
         precision_name(precisions.kv), ": ", rs->backend->describe(), " holds only f32"));
+  rs->kv_precision = precisions.kv;
+  // Weights that would not fit in memory are refused before anything is allocated.
+  const int64_t expected_bytes = weight_bytes_per_rank(config, shard, precisions.weights);
+  if (o.device == "cpu")
+    LTM_RETURN_IF_ERROR(check_host_memory(expected_bytes, local_ranks(), available_host_memory()));
+  std::unique_ptr<WeightSource> inner;
+  if (folder) {
+    inner = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(*ckpt)), o.model);
+  } else {
+    inner = make_random_source(config, o.init_seed, o.init_std);
+  }
+  // Every weight is copied at load (none used in place), so a checkpoint file that is truncated
+  // or rewritten later cannot SIGBUS a serving rank (runtime/model/load_guard.h).
+  std::unique_ptr<GuardedSource> guarded = make_guarded_source(std::move(inner), o.check_weights);
+  const GuardedSource* guard = guarded.get();
+  rs->source = std::move(guarded);
   ModelOptions mopts;
   mopts.weights = precisions.weights;
-  LTM_ASSIGN_OR_RETURN(rs->model,
-                       Model::load(*rs->source, *rs->backend, shard, rs->world->tp(), mopts));
-  rs->kv_precision = precisions.kv;
+  try {
+    LTM_ASSIGN_OR_RETURN(rs->model,
+                         Model::load(*rs->source, *rs->backend, shard, rs->world->tp(), mopts));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory while loading the weights (", expected_bytes, " bytes on this rank)"));
+  }
+  LTM_RETURN_IF_ERROR(guard->status());
+  LTM_RETURN_IF_ERROR(verify_unchanged(stamps));
 
   const uint64_t my_bytes = rs->source->bytes_read();
   rs->bytes_read_per_rank.resize(rs->world->size());

@@ -57,8 +57,16 @@ po::options_description describe(WorkerOptions* o) {
       ("max-queue", po::value(&o->max_queue)->default_value(256), "waiting requests before RESOURCE_EXHAUSTED")
       ("drain-timeout", po::value(&o->drain_timeout_s)->default_value(30.0), "seconds SIGTERM waits for running requests")
       ("keepalive-s", po::value(&o->keepalive_s)->default_value(10.0), "serving: seconds between keep-alive plans while idle; the other ranks take the group down when rank 0 sends nothing for --collective-timeout + 3 x this")
-      ("max-message-bytes", po::value(&o->max_message_bytes)->default_value(4 << 20), "largest request message")
+      ("max-message-bytes", po::value(&o->max_message_bytes)->default_value(0), "largest request message in bytes (0: the largest valid request for the model's context)")
       ("verbose,v", po::bool_switch(&o->verbose), "log every step")
+      ("tls-cert", po::value(&o->tls_cert), "serve TLS with this PEM certificate (chain); needs --tls-key")
+      ("tls-key", po::value(&o->tls_key), "PEM private key of --tls-cert")
+      ("tls-client-ca", po::value(&o->tls_client_ca), "mutual TLS: require client certificates signed by this PEM CA")
+      ("api-key-file", po::value(&o->api_key_file), "require \"authorization: Bearer <key>\" on every call but health; the key is this file's contents")
+      ("reflection", po::bool_switch(&o->reflection), "serve gRPC server reflection (not checked against the API key)")
+      ("max-streams-per-connection", po::value(&o->max_streams_per_connection)->default_value(256), "concurrent calls one client connection may have")
+      ("request-memory-mb", po::value(&o->request_memory_mb)->default_value(256), "memory gRPC may spend on calls in flight (ResourceQuota), MiB")
+      ("check-weights", po::bool_switch(&o->check_weights), "refuse weights that hold NaN or Inf (reads every weight once more at load)")
       ("help,h", "this help");
   po::options_description all("ltm-worker options");
   all.add(model).add(gen).add(run).add(serve);
@@ -144,6 +152,23 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   }
   if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");
+  // An address without a host serves loopback only: every interface is an explicit 0.0.0.0.
+  if (!o->listen.empty() && o->listen.find(':') == std::string::npos &&
+      o->listen.find_first_not_of("0123456789") == std::string::npos)
+    o->listen = "127.0.0.1:" + o->listen;
+  else if (!o->listen.empty() && o->listen[0] == ':')
+    o->listen = "127.0.0.1" + o->listen;
+  if (o->max_message_bytes != 0 &&
+      (o->max_message_bytes < 1024 || o->max_message_bytes > (int64_t{1} << 30)))
+    return fail(absl::StrCat("--max-message-bytes must be 0 (automatic) or in [1024, 1073741824], not ",
+                             o->max_message_bytes));
+  if (o->max_streams_per_connection < 1 || o->max_streams_per_connection > 65536)
+    return fail("--max-streams-per-connection must be in [1, 65536]");
+  if (o->request_memory_mb < 16 || o->request_memory_mb > (int64_t{1} << 20))
+    return fail("--request-memory-mb must be in [16, 1048576]");
+  if (o->tls_cert.empty() != o->tls_key.empty()) return fail("give --tls-cert and --tls-key together");
+  if (!o->tls_client_ca.empty() && o->tls_cert.empty())
+    return fail("--tls-client-ca needs --tls-cert and --tls-key");
   return ParseResult::kOk;
 }
 

@@ -49,8 +49,15 @@ struct WorkerOptions {
   int32_t max_queue = 256;
   double drain_timeout_s = 30;
   double keepalive_s = 10;     // serving: rank 0 idle this long sends a keep-alive plan
-  int64_t max_message_bytes = 4 << 20;
+  int64_t max_message_bytes = 0;  // 0: the largest valid request (GrpcServerOptions)
   bool verbose = false;
+  // Hardening (serving): transport security, access, resources; weights checked at load.
+  std::string tls_cert, tls_key, tls_client_ca;  // PEM files
+  std::string api_key_file;     // bearer token required on every call but health
+  bool reflection = false;      // serve grpc.reflection
+  int32_t max_streams_per_connection = 256;
+  int64_t request_memory_mb = 256;  // gRPC ResourceQuota
+  bool check_weights = false;   // refuse NaN/Inf weights at load
 };
 
 enum class ParseResult { kOk, kHelp, kError };

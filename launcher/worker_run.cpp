@@ -17,6 +17,7 @@
 #include "common/memory.h"
 #include "launcher/model_setup.h"
 #include "parallel/group_abort.h"
+#include "runtime/serve/auth.h"
 #include "runtime/serve/grpc_server.h"
 #include "runtime/model/npy.h"
 #include "runtime/serve/scheduler.h"
@@ -204,7 +205,21 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   };
   GrpcServerOptions gopts;
   gopts.address = o.listen;
-  gopts.max_receive_message_bytes = static_cast<int>(o.max_message_bytes);
+  gopts.max_receive_message_bytes = o.max_message_bytes;  // validated: 0 or [1 KiB, 1 GiB]
+  gopts.max_concurrent_streams = o.max_streams_per_connection;
+  gopts.request_memory_bytes = o.request_memory_mb << 20;
+  gopts.tls_cert_file = o.tls_cert;
+  gopts.tls_key_file = o.tls_key;
+  gopts.tls_client_ca_file = o.tls_client_ca;
+  gopts.reflection = o.reflection;
+  if (!o.api_key_file.empty()) {
+    absl::StatusOr<std::string> key = read_api_key_file(o.api_key_file);
+    if (!key.ok()) {
+      std::fprintf(stderr, "ltm-worker: %s\n", std::string(key.status().message()).c_str());
+      return 2;
+    }
+    gopts.api_key = std::move(*key);
+  }
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::start(gopts, scheduler, tokenizer, info);
   if (!server.ok()) {

@@ -12,6 +12,11 @@ As a library::
         text = c.detokenize(ids)
         info = c.model_info()
 
+Over TLS, with an API key (the server runs with --tls-cert/--tls-key and --api-key-file)::
+
+    LtmClient("host:50051", tls=True, root_certificates=open("ca.pem", "rb").read(),
+              api_key=open("key.txt").read().strip())
+
 As a command (same flags as ltm-client)::
 
     /usr/bin/python3 clients/python/ltm_client.py --server ADDR --prompt TEXT --max-new-tokens N
@@ -72,13 +77,38 @@ def make_request(prompt=None, *, prompt_token_ids=None, max_new_tokens=None, tem
     return req
 
 
-class LtmClient:
-    """A connection to an ltm server. `timeout` (seconds) is the default deadline of each call."""
+def read_api_key_file(path):
+    """The key in `path` as the server reads it: without surrounding spaces and newline."""
+    with open(path, "rb") as f:
+        key = f.read(4097).decode("utf-8").strip(" \t\r\n")
+    if not key:
+        raise ValueError(f"{path}: is empty")
+    return key
 
-    def __init__(self, address, timeout=None):
+
+class LtmClient:
+    """A connection to an ltm server. `timeout` (seconds) is the default deadline of each call.
+
+    TLS: `tls=True`, or any of `root_certificates` (PEM bytes of the CA that signed the server's
+    certificate; default: the system's roots), `client_cert` + `client_key` (PEM bytes, for mutual
+    TLS), `server_name` (the name to verify instead of the address's host). `api_key` is sent as
+    "authorization: Bearer <key>" on every call."""
+
+    def __init__(self, address, timeout=None, *, tls=False, root_certificates=None,
+                 client_cert=None, client_key=None, server_name=None, api_key=None):
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+        if tls or root_certificates or client_cert or client_key or server_name:
+            if (client_cert is None) != (client_key is None):
+                raise ValueError("give client_cert and client_key together")
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates,
+                                                 private_key=client_key,
+                                                 certificate_chain=client_cert)
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address)
         self._stub = ltm_pb2_grpc.GenerationStub(self._channel)
 
     def close(self):
@@ -95,13 +125,14 @@ class LtmClient:
 
     def generate(self, prompt=None, *, timeout=None, **kwargs):
         """One unary call; returns the GenerateResponse (all tokens, text, usage, timings)."""
-        return self._stub.Generate(make_request(prompt, **kwargs), timeout=self._timeout(timeout))
+        return self._stub.Generate(make_request(prompt, **kwargs), timeout=self._timeout(timeout),
+                                   metadata=self._metadata)
 
     def generate_stream(self, prompt=None, *, timeout=None, **kwargs):
         """Yields GenerateResponse messages as tokens arrive; the last one has finish_reason and
         usage. Breaking out of the loop cancels the call (the server frees the request)."""
         call = self._stub.GenerateStream(make_request(prompt, **kwargs),
-                                         timeout=self._timeout(timeout))
+                                         timeout=self._timeout(timeout), metadata=self._metadata)
         try:
             yield from call
         finally:
@@ -110,19 +141,19 @@ class LtmClient:
     def tokenize(self, text, *, timeout=None):
         """Token ids of `text`."""
         resp = self._stub.Tokenize(ltm_pb2.TokenizeRequest(text=text),
-                                   timeout=self._timeout(timeout))
+                                   timeout=self._timeout(timeout), metadata=self._metadata)
         return list(resp.token_ids)
 
     def detokenize(self, token_ids, *, timeout=None):
         """Text of `token_ids` (a character split by the ids comes back as U+FFFD)."""
         resp = self._stub.Tokenize(ltm_pb2.TokenizeRequest(token_ids=list(token_ids)),
-                                   timeout=self._timeout(timeout))
+                                   timeout=self._timeout(timeout), metadata=self._metadata)
         return resp.text
 
     def model_info(self, *, timeout=None):
         """The ModelInfo message: model shape, deployment, live load."""
         return self._stub.GetModelInfo(ltm_pb2.GetModelInfoRequest(),
-                                       timeout=self._timeout(timeout))
+                                       timeout=self._timeout(timeout), metadata=self._metadata)
 
 
 def _parse_ids(text):
@@ -146,6 +177,12 @@ def _summary(last, ids, logprobs, show_logprobs):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Client of an ltm server (ltm.v1.Generation).")
     p.add_argument("--server", required=True, help="server address, HOST:PORT")
+    p.add_argument("--tls", action="store_true", help="connect with TLS")
+    p.add_argument("--tls-ca", help="PEM CA certificate(s) to verify the server (implies --tls)")
+    p.add_argument("--tls-cert", help="PEM client certificate for mutual TLS (implies --tls)")
+    p.add_argument("--tls-key", help="PEM key of --tls-cert")
+    p.add_argument("--tls-server-name", help="name the server's certificate must carry")
+    p.add_argument("--api-key-file", help="send this file's key as 'authorization: Bearer <key>'")
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", help="prompt text")
     prompt.add_argument("--prompt-ids", type=_parse_ids, help="prompt token ids, comma-separated")
@@ -170,8 +207,25 @@ def main(argv=None):
             and args.tokenize is None and args.detokenize is None):
         p.error("nothing to do: give --prompt, --prompt-ids, --info, --tokenize or --detokenize")
 
+    if (args.tls_cert is None) != (args.tls_key is None):
+        p.error("give --tls-cert and --tls-key together")
+
+    def _read(path):
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
     try:
-        with LtmClient(args.server, timeout=args.timeout_s) as client:
+        api_key = read_api_key_file(args.api_key_file) if args.api_key_file else None
+        conn = dict(tls=args.tls, root_certificates=_read(args.tls_ca),
+                    client_cert=_read(args.tls_cert), client_key=_read(args.tls_key),
+                    server_name=args.tls_server_name, api_key=api_key)
+    except (OSError, ValueError) as e:
+        print(f"ltm_client: {e}", file=sys.stderr)
+        return 2
+    try:
+        with LtmClient(args.server, timeout=args.timeout_s, **conn) as client:
             if args.info:
                 print(client.model_info(), end="", flush=True)
             if args.tokenize is not None:

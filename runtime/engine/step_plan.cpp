@@ -37,7 +37,9 @@ class Reader {
     int32_t n = 0;
     if (!get(&n) || n < 0 || pos_ + static_cast<size_t>(n) * 4 > s_.size()) return false;
     v->resize(n);
-    std::memcpy(v->data(), s_.data() + pos_, static_cast<size_t>(n) * 4);
+    // An empty vector's data() may be null, and memcpy from or to null is undefined even for 0
+    // bytes (found by fuzz/step_plan_fuzz.cpp on a Shutdown plan).
+    if (n > 0) std::memcpy(v->data(), s_.data() + pos_, static_cast<size_t>(n) * 4);
     pos_ += static_cast<size_t>(n) * 4;
     return true;
   }

@@ -17,7 +17,9 @@ using nlohmann::json;
 
 // Upper bounds that keep every size product (parameter counts, byte sizes) far from int64
 // overflow; the largest GPT-3 shapes are well inside them.
-constexpr int64_t kMaxVocab = int64_t{1} << 31;
+// Token ids are int32 everywhere (requests, step plans, samples), and the vocab is padded up to a
+// multiple of tp: 2^30 keeps every padded id far inside int32.
+constexpr int64_t kMaxVocab = int64_t{1} << 30;
 constexpr int64_t kMaxPositions = int64_t{1} << 24;
 constexpr int64_t kMaxEmbd = int64_t{1} << 20;
 constexpr int64_t kMaxInner = int64_t{1} << 22;
@@ -119,6 +121,13 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
   }
 
   ModelConfig c;
+  {
+    LTM_ASSIGN_OR_RETURN(std::optional<int64_t> v, get_int(j, source, "vocab_size"));
+    if (v && *v > kMaxVocab)
+      return key_error(source, "vocab_size",
+                       absl::StrCat("is ", *v, ", larger than ltm's limit ", kMaxVocab,
+                                    " (token ids are int32)"));
+  }
   LTM_ASSIGN_OR_RETURN(c.vocab_size, get_size(j, source, "vocab_size", kMaxVocab));
   if (j.contains("n_positions")) {
     LTM_ASSIGN_OR_RETURN(c.n_positions, get_size(j, source, "n_positions", kMaxPositions));

@@ -3,14 +3,20 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -19,7 +25,9 @@
 #include "common/check.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "ltm/v1/ltm.grpc.pb.h"
+#include "runtime/serve/auth.h"
 #include "runtime/serve/request_validation.h"
+#include "runtime/serve/wire_precheck.h"
 #include "spdlog/spdlog.h"
 
 namespace ltm {
@@ -52,42 +60,42 @@ Clock::time_point steady_deadline(std::chrono::system_clock::time_point deadline
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(remaining);
 }
 
-// Parses a request message. The typed handlers would answer a message that does not parse with
-// INTERNAL and no text; the most likely cause from a well-behaved client is a string field that is
-// not valid UTF-8 (proto3 requires it, and some clients do not check on send), so that case is
-// found and named: INVALID_ARGUMENT "prompt is not valid UTF-8". The strings are checked before
-// the typed parse, which would refuse them too but only after libprotobuf logs an ERROR line per
-// request (a log any client could flood).
-absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Message& message) {
+// Parses a request message. Its raw bytes are checked first (runtime/serve/wire_precheck.h):
+// repeated fields and string lengths against `limits`, and every string field for UTF-8, without
+// allocating per field, so a message of a million tiny `stop` entries costs nothing before it is
+// refused. The UTF-8 check also spares the typed parse, which would refuse such a string only after
+// libprotobuf logs an ERROR line per request (a log any client could flood), and names the field:
+// INVALID_ARGUMENT "prompt is not valid UTF-8".
+absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Message& message,
+                           const PrecheckLimits& limits) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) return absl::InvalidArgumentError("the request is unreadable");
   std::string bytes;
-  bytes.reserve(buffer.Length());
+  bytes.reserve(buffer.Length());  // bounded by the server's max receive message size
   for (const grpc::Slice& s : slices)
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  slices.clear();
 
   const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
-  google::protobuf::UnknownFieldSet fields;
-  if (fields.ParseFromString(bytes)) {
-    std::map<int, int> seen;  // field number -> occurrences so far (index of a repeated field)
-    for (int i = 0; i < fields.field_count(); ++i) {
-      const google::protobuf::UnknownField& f = fields.field(i);
-      const google::protobuf::FieldDescriptor* fd = descriptor->FindFieldByNumber(f.number());
-      if (fd == nullptr || f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED ||
-          fd->type() != google::protobuf::FieldDescriptor::TYPE_STRING)
-        continue;
-      const int index = seen[f.number()]++;
-      if (!is_valid_utf8(f.length_delimited())) {
-        const std::string name =
-            fd->is_repeated() ? absl::StrCat(fd->name(), "[", index, "]") : fd->name();
-        return absl::InvalidArgumentError(absl::StrCat(name, " is not valid UTF-8"));
-      }
-    }
-  }
+  LTM_RETURN_IF_ERROR(precheck_message(bytes, *descriptor, limits));
   if (message.ParseFromString(bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("the request is not a valid ", descriptor->full_name(), " message"));
 }
+
+// Linking grpc++_reflection registers its plugin with every ServerBuilder of the process (a static
+// initializer); this option takes it off a builder again, so reflection is served only on request.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
 
 grpc::ByteBuffer serialize(const google::protobuf::Message& message) {
   grpc::Slice slice(message.SerializeAsString());
@@ -109,6 +117,9 @@ struct State {
   const Tokenizer* tokenizer = nullptr;    // likewise
   EngineInfo info;
   RequestLimits limits;
+  PrecheckLimits generate_wire;            // raw-byte limits of GenerateRequest
+  PrecheckLimits tokenize_wire;            // and of TokenizeRequest
+  std::string api_key;                     // empty: no key needed
   std::string id_prefix;                   // random, so ids differ across restarts
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> draining{false};
@@ -119,6 +130,16 @@ struct State {
   bool shutdown_started = false;
   bool shutdown_done = false;
   std::condition_variable shutdown_cv;
+
+  // OK when the call may go on: no key is configured, or it carries the right one.
+  absl::Status authorize(const grpc::CallbackServerContext* ctx) const {
+    if (api_key.empty()) return absl::OkStatus();
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end()) return check_bearer(nullptr, api_key);
+    const std::string_view value(it->second.data(), it->second.size());
+    return check_bearer(&value, api_key);
+  }
 
   std::string make_request_id() {
     return absl::StrCat(id_prefix, "-", next_id.fetch_add(1, std::memory_order_relaxed));
@@ -136,9 +157,10 @@ class GenerationCallCore {
 
   // Parses and validates; on success `request` is ready for the sink.
   absl::Status prepare(const grpc::ByteBuffer& buffer, GenerationRequest& request) {
+    LTM_RETURN_IF_ERROR(state_->authorize(ctx_));
     if (state_->draining.load()) return absl::UnavailableError("server is draining");
     v1::GenerateRequest proto;
-    LTM_RETURN_IF_ERROR(parse_message(buffer, proto));
+    LTM_RETURN_IF_ERROR(parse_message(buffer, proto, state_->generate_wire));
     LTM_ASSIGN_OR_RETURN(request,
                          make_generation_request(proto, *state_->tokenizer, state_->limits));
     if (request.request_id.empty()) request.request_id = state_->make_request_id();
@@ -449,7 +471,8 @@ class Service final
                                      grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     v1::TokenizeResponse out;
-    absl::Status s = tokenize(*request, out);
+    absl::Status s = state_->authorize(ctx);
+    if (s.ok()) s = tokenize(*request, out);
     if (s.ok()) *response = serialize(out);
     reactor->Finish(to_grpc(s));
     return reactor;
@@ -458,6 +481,11 @@ class Service final
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
                                          const v1::GetModelInfoRequest* /*request*/,
                                          v1::ModelInfo* out) override {
+    if (absl::Status s = state_->authorize(ctx); !s.ok()) {
+      grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+      reactor->Finish(to_grpc(s));
+      return reactor;
+    }
     const EngineInfo& info = state_->info;
     out->set_model_name(info.model_name);
     out->set_vocab_size(info.model.vocab_size);
@@ -486,7 +514,7 @@ class Service final
  private:
   absl::Status tokenize(const grpc::ByteBuffer& buffer, v1::TokenizeResponse& out) {
     v1::TokenizeRequest request;
-    LTM_RETURN_IF_ERROR(parse_message(buffer, request));
+    LTM_RETURN_IF_ERROR(parse_message(buffer, request, state_->tokenize_wire));
     const Tokenizer& tokenizer = *state_->tokenizer;
     const bool has_text = request.has_text();
     const bool has_ids = request.token_ids_size() > 0;
@@ -534,6 +562,71 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
   state->tokenizer = &tokenizer;
   state->limits.context_length = info.max_context();
   state->limits.vocab_size = info.model.vocab_size;
+  state->api_key = options.api_key;
+
+  // A prompt of more bytes than (context - 1) x the longest token cannot fit the context, so it is
+  // refused before it is tokenised; ids likewise by count.
+  int64_t max_token_bytes = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    if (tokenizer.valid_id(id))
+      max_token_bytes = std::max<int64_t>(max_token_bytes, tokenizer.token_bytes(id).size());
+  const int64_t max_prompt_tokens = info.max_context() - 1;
+  const int64_t max_prompt_bytes = max_prompt_tokens * max_token_bytes;
+  state->limits.max_prompt_bytes = max_prompt_bytes;
+  state->generate_wire.fields = {
+      {v1::GenerateRequest::kPromptFieldNumber, -1, max_prompt_bytes, "bytes"},
+      {v1::GenerateRequest::kPromptTokenIdsFieldNumber, max_prompt_tokens, -1, "ids"},
+      {v1::GenerateRequest::kStopFieldNumber, kMaxStopStrings, static_cast<int64_t>(kMaxStopBytes),
+       "strings"},
+      {v1::GenerateRequest::kRequestIdFieldNumber, -1, static_cast<int64_t>(kMaxRequestIdBytes),
+       "bytes"}};
+  // Tokenize: any text the message limit lets through; ids up to one context (their text can be
+  // up to max_token_bytes times larger, so they are bounded like a prompt).
+  state->tokenize_wire.fields = {
+      {v1::TokenizeRequest::kTokenIdsFieldNumber, info.max_context(), -1, "ids"}};
+
+  int64_t max_receive = options.max_receive_message_bytes;
+  if (max_receive == 0) max_receive = max_request_bytes(info.max_context(), max_token_bytes);
+  if (max_receive < 1024 || max_receive > (int64_t{1} << 30))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the max receive message size must be in [1024, 1073741824] bytes, got ", max_receive));
+  if (options.max_concurrent_streams < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_concurrent_streams must be >= 1, got ", options.max_concurrent_streams));
+  if (options.request_memory_bytes < (int64_t{16} << 20))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request memory quota must be at least 16 MiB, got ", options.request_memory_bytes,
+        " bytes"));
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty())
+    return absl::InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert and --tls-key)");
+  if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty())
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  if (!options.tls_cert_file.empty()) {
+    auto read = [](const std::string& path, std::string& out) -> absl::Status {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read"));
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      out = ss.str();
+      if (out.find("-----BEGIN") == std::string::npos)
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not a PEM file"));
+      return absl::OkStatus();
+    };
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    LTM_RETURN_IF_ERROR(read(options.tls_key_file, pair.private_key));
+    LTM_RETURN_IF_ERROR(read(options.tls_cert_file, pair.cert_chain));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!options.tls_client_ca_file.empty()) {
+      LTM_RETURN_IF_ERROR(read(options.tls_client_ca_file, ssl.pem_root_certs));
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
   state->info = std::move(info);
   std::random_device rd;
   state->id_prefix = absl::StrFormat("ltm-%08x", rd());
@@ -542,16 +635,23 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
   server->state_ = state;
   server->service_ = std::make_unique<Service>(state);
 
-  // Both are process-wide switches that apply to servers built from now on.
+  // Process-wide switches that apply to servers built from now on; reflection is then taken off
+  // this builder unless asked for.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
+  if (!options.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.address, credentials, &port);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive));
   builder.SetMaxSendMessageSize(options.max_send_message_bytes);
+  // Memory spent on calls in flight (buffers, parsed messages) and streams per connection.
+  grpc::ResourceQuota quota("ltm-requests");
+  quota.Resize(static_cast<size_t>(options.request_memory_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   // Find clients that vanished without closing the connection, so their requests are freed.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
@@ -572,8 +672,20 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
     std::lock_guard<std::mutex> lock(state->mu);
     state->server = server->server_.get();
   }
-  spdlog::info("serving ltm.v1.Generation on {}", server->address_);
+  spdlog::info("serving ltm.v1.Generation on {} ({}{}; requests up to {} bytes)", server->address_,
+               options.tls_cert_file.empty() ? "plaintext" : "TLS",
+               options.tls_client_ca_file.empty() ? "" : ", client certificates required",
+               max_receive);
   return server;
+}
+
+int64_t max_request_bytes(int64_t context_length, int64_t max_token_bytes) {
+  const int64_t tokens = std::max<int64_t>(context_length - 1, 1);
+  const int64_t prompt = std::max(tokens * std::max<int64_t>(max_token_bytes, 1), tokens * 5);
+  const int64_t stops = kMaxStopStrings * static_cast<int64_t>(kMaxStopBytes + 3);
+  const int64_t rest = static_cast<int64_t>(kMaxRequestIdBytes) + 3 + 64;
+  const int64_t total = prompt + 6 + stops + rest + 4096;
+  return std::min<int64_t>((total + 1023) / 1024 * 1024, int64_t{1} << 30);
 }
 
 GrpcServer::~GrpcServer() {

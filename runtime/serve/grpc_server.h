@@ -11,7 +11,15 @@
 //     or group is gone, Internal for a failure of this request; no text is parsed); kCancelled ->
 //     its status when a shutdown cut it (Unavailable), else CANCELLED, or DEADLINE_EXCEEDED when
 //     the call's deadline has passed;
-//   - a request message over options.max_receive_message_bytes -> RESOURCE_EXHAUSTED (gRPC).
+//   - a request message over options.max_receive_message_bytes -> RESOURCE_EXHAUSTED (gRPC);
+//   - a call without the API key (options.api_key set) -> UNAUTHENTICATED (every method of
+//     ltm.v1.Generation; the health service answers without one).
+//
+// Bounded memory (docs/architecture.md, "Hardening"): the receive limit defaults to the largest
+// valid request (prompt bytes or ids of a full context, the stop-string limits, slack), a
+// request's raw bytes are checked field by field before the typed parse
+// (runtime/serve/wire_precheck.h), a gRPC ResourceQuota caps the memory spent on calls in flight,
+// and each connection may have at most max_concurrent_streams calls at once.
 // A client that cancels, disconnects or runs out of deadline has its call ended at once and the
 // request's CancelFlag set, so the engine frees it within a step; the call's deadline is also
 // copied into GenerationRequest::deadline.
@@ -55,12 +63,27 @@ class Service;  // the ltm.v1.Generation implementation
 }  // namespace grpc_server_internal
 
 struct GrpcServerOptions {
-  // host:port; port 0 picks a free port (read it back with GrpcServer::port()). Plaintext: the
-  // coordinator is meant for a cluster network, put TLS in front of it otherwise.
-  std::string address = "0.0.0.0:50051";
-  int max_receive_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+  // host:port; port 0 picks a free port (read it back with GrpcServer::port()). Loopback unless
+  // told otherwise: binding every interface (0.0.0.0, [::]) is the caller's explicit choice.
+  std::string address = "127.0.0.1:50051";
+  // Larger requests get RESOURCE_EXHAUSTED. 0: max_request_bytes(), the largest valid request.
+  int64_t max_receive_message_bytes = 0;
   int max_send_message_bytes = 64 << 20;
+  int max_concurrent_streams = 256;           // per connection (HTTP/2 SETTINGS)
+  int64_t request_memory_bytes = 256 << 20;   // gRPC ResourceQuota of the server
+  // TLS: PEM files. Both cert and key, or neither (plaintext). client_ca: mutual TLS, every
+  // client must present a certificate signed by it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string api_key;                        // non-empty: "authorization: Bearer <key>" required
+  bool reflection = false;                    // serve grpc.reflection (no API key check)
 };
+
+// The largest valid GenerateRequest in bytes for a model with this context and a tokenizer
+// whose longest token has `max_token_bytes` bytes: a prompt of context_length - 1 tokens (as text
+// or ids), 16 stop strings of 1024 bytes, a request id and every scalar, plus 4 KiB of slack.
+int64_t max_request_bytes(int64_t context_length, int64_t max_token_bytes);
 
 class GrpcServer {
  public:

@@ -93,6 +93,18 @@ absl::StatusOr<GenerationRequest> make_generation_request(const v1::GenerateRequ
     return invalid(absl::StrCat("request_id is ", p.request_id().size(), " bytes long; at most ",
                                 kMaxRequestIdBytes, " are allowed"));
 
+  // Sizes before tokenising or copying anything.
+  if (has_text && limits.max_prompt_bytes > 0 &&
+      static_cast<int64_t>(p.prompt().size()) > limits.max_prompt_bytes)
+    return invalid(absl::StrCat("prompt is ", p.prompt().size(), " bytes long; at most ",
+                                limits.max_prompt_bytes, " can fit the context of ",
+                                limits.context_length, " tokens"));
+  if (has_ids && p.prompt_token_ids_size() >= limits.context_length)
+    return invalid(absl::StrCat("prompt_token_ids is ", p.prompt_token_ids_size(),
+                                " tokens long; the context holds ", limits.context_length,
+                                " tokens, prompt and generated together, so at most ",
+                                limits.context_length - 1, " fit"));
+
   GenerationRequest r;
   if (has_text) {
     r.prompt_ids = tokenizer.encode(p.prompt());

@@ -30,6 +30,9 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 struct RequestLimits {
   int64_t context_length = 0;  // prompt tokens + max_new_tokens must not exceed it
   int64_t vocab_size = 0;      // the model's; ids must also be valid_id() of the tokenizer
+  // Prompt text longer than this is refused before it is tokenised (0: no limit). The server sets
+  // (context_length - 1) x the longest token's bytes: a longer prompt cannot fit the context.
+  int64_t max_prompt_bytes = 0;
 };
 
 // Validates `proto` and builds the engine's request: tokenizes `prompt` (or checks

@@ -91,3 +91,29 @@ TEST(StepPlan, MalformedBuffersAreRefused) {
 
 }  // namespace
 }  // namespace ltm
+
+namespace ltm {
+namespace {
+
+// Regression of fuzz/step_plan_fuzz.cpp (input fuzz/corpus/step_plan_fuzz/regression-empty-vectors):
+// a plan whose vectors are all empty decoded through memcpy(nullptr, ..., 0), undefined behaviour
+// that UBSan reports; the ASan + UBSan run of the unit tests (scripts/test_asan) covers it.
+TEST(StepPlan, AllEmptyVectorsDecodeWithoutTouchingNull) {
+  std::string bytes;
+  auto put = [&](int32_t v) { bytes.append(reinterpret_cast<const char*>(&v), 4); };
+  put(0x4c544d31);
+  put(3);  // KeepAlive
+  put(0);
+  for (int i = 0; i < 6; ++i) put(0);  // token_ids .. block_tables: empty
+  put(1);                              // max_blocks_per_seq
+  put(0);                              // logit_rows: empty
+  put(0);                              // no sampling rows
+  absl::StatusOr<StepPlan> p = decode_plan(bytes);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->kind, PlanKind::kKeepAlive);
+  EXPECT_TRUE(p->input.token_ids.empty());
+  EXPECT_EQ(encode_plan(*p), bytes);
+}
+
+}  // namespace
+}  // namespace ltm

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "ltm/v1/ltm.grpc.pb.h"
+#include "runtime/serve/request_validation.h"
 #include "tests/serve/toy_vocab.h"
 
 namespace ltm {
@@ -236,6 +237,8 @@ class GrpcServerTest : public ::testing::Test {
     GrpcServerOptions options;
     options.address = "127.0.0.1:0";
     options.max_receive_message_bytes = max_receive;
+    options.reflection = reflection_;
+    options.api_key = api_key_;
     absl::StatusOr<std::unique_ptr<GrpcServer>> server =
         GrpcServer::start(options, sink_, tokenizer_, info);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -322,6 +325,15 @@ class GrpcServerTest : public ::testing::Test {
     return server_->active_calls();
   }
 
+  void restart() {
+    stub_.reset();
+    channel_.reset();
+    server_.reset();
+    start();
+  }
+
+  bool reflection_ = true;
+  std::string api_key_;
   FakeSink sink_;  // outlives the server (declared first, destroyed last)
   Tokenizer tokenizer_ = toy_tokenizer();
   std::unique_ptr<GrpcServer> server_;
@@ -783,6 +795,86 @@ TEST(GrpcServerStart, BadAddressIsAnError) {
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::start(options, sink, tokenizer, info);
   EXPECT_FALSE(server.ok());
+}
+
+}  // namespace
+}  // namespace ltm
+
+namespace ltm {
+namespace {
+
+// ---- Hardening: API key, reflection only on request, the automatic message limit --------------
+
+TEST_F(GrpcServerTest, ApiKeyIsRequiredOnEveryCallButHealth) {
+  api_key_ = "k3y-for-tests";
+  restart();
+  auto with_key = [](grpc::ClientContext& ctx, const std::string& key) {
+    if (!key.empty()) ctx.AddMetadata("authorization", key);
+  };
+  for (const std::string& key : {std::string(), std::string("Bearer wrong"),
+                                std::string("k3y-for-tests"), std::string("Bearer k3y-for-test")}) {
+    grpc::ClientContext c1, c2, c3, c4;
+    with_key(c1, key);
+    with_key(c2, key);
+    with_key(c3, key);
+    with_key(c4, key);
+    v1::GenerateResponse g;
+    EXPECT_EQ(stub_->Generate(&c1, request("hello", 2), &g).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED) << key;
+    auto reader = stub_->GenerateStream(&c2, request("hello", 2));
+    while (reader->Read(&g)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << key;
+    v1::TokenizeRequest t;
+    t.set_text("hi");
+    v1::TokenizeResponse tr;
+    EXPECT_EQ(stub_->Tokenize(&c3, t, &tr).error_code(), grpc::StatusCode::UNAUTHENTICATED) << key;
+    v1::ModelInfo info;
+    EXPECT_EQ(stub_->GetModelInfo(&c4, v1::GetModelInfoRequest(), &info).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED) << key;
+  }
+  EXPECT_EQ(health(""), 1);  // health needs no key
+  grpc::ClientContext ok;
+  ok.AddMetadata("authorization", "Bearer k3y-for-tests");
+  v1::ModelInfo info;
+  EXPECT_TRUE(stub_->GetModelInfo(&ok, v1::GetModelInfoRequest(), &info).ok());
+  grpc::ClientContext gen;
+  gen.AddMetadata("authorization", "Bearer k3y-for-tests");
+  v1::GenerateResponse g;
+  EXPECT_TRUE(stub_->Generate(&gen, request("hello", 2), &g).ok());
+  EXPECT_EQ(sink_.seen().size(), 1u) << "only the authorised request reached the sink";
+}
+
+TEST_F(GrpcServerTest, ReflectionIsOffUnlessAskedFor) {
+  reflection_ = false;
+  restart();
+  std::string reply;
+  const grpc::Status s = generic_unary(
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "", &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+}
+
+TEST_F(GrpcServerTest, AutomaticMessageLimitFitsTheLargestValidRequest) {
+  start(0);  // 0: sized from the context and the longest token
+  v1::GenerateRequest big;  // a full-context id prompt and every stop string at its limit
+  for (int i = 0; i < kContext - 1; ++i) big.add_prompt_token_ids(i % 200);
+  big.set_max_new_tokens(1);
+  for (int i = 0; i < kMaxStopStrings; ++i) big.add_stop(std::string(kMaxStopBytes, 'z'));
+  big.set_request_id(std::string(kMaxRequestIdBytes, 'r'));
+  grpc::ClientContext c1;
+  set_timeout(c1, 20s);
+  v1::GenerateResponse g;
+  EXPECT_TRUE(stub_->Generate(&c1, big, &g).ok());
+  // 4 MiB of one-byte stop strings: refused by size before anything is parsed.
+  v1::GenerateRequest amp;
+  amp.set_prompt("hi");
+  const std::string one(1, 'x');
+  for (int i = 0; i < 1400000; ++i) amp.add_stop()->assign(one);
+  grpc::ClientContext c2;
+  set_timeout(c2, 20s);
+  EXPECT_EQ(stub_->Generate(&c2, amp, &g).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_GT(max_request_bytes(1024, 128), 1023 * 128);
+  EXPECT_LT(max_request_bytes(1024, 128), 200 << 10);
 }
 
 }  // namespace

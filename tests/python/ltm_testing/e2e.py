@@ -158,8 +158,9 @@ def preempt_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def server(small_model, tmp_path_factory):
-    """The shared server: small model, 16 MiB of KV per rank, 64 KiB message limit."""
-    srv = Server(small_model, extra=["--kv-memory-mb", 16, "--max-message-bytes", MAX_MESSAGE_BYTES],
+    """The shared server: small model, 16 MiB of KV per rank, 64 KiB message limit, reflection."""
+    srv = Server(small_model, extra=["--kv-memory-mb", 16, "--max-message-bytes", MAX_MESSAGE_BYTES,
+                                     "--reflection"],
                  log_dir=str(tmp_path_factory.mktemp("logs")), name="shared")
     with srv:
         yield srv
@@ -237,9 +238,30 @@ def code_of(x) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
+# Servers that need TLS or an API key (test_e2e_tls.py): address -> {"ca": PEM path,
+# "api_key_file": path, "cert"/"key": client certificate}. raw_channel and cxx_client use them.
+TRANSPORTS: Dict[str, dict] = {}
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def raw_channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=[("grpc.max_send_message_length", -1),
-                                                   ("grpc.max_receive_message_length", -1)])
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    t = TRANSPORTS.get(address)
+    if not t:
+        return grpc.insecure_channel(address, options=options)
+    creds = grpc.ssl_channel_credentials(root_certificates=_read(t.get("ca")),
+                                         private_key=_read(t.get("key")),
+                                         certificate_chain=_read(t.get("cert")))
+    if t.get("api_key_file"):
+        key = _read(t["api_key_file"]).decode().strip()
+        creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(key))
+    return grpc.secure_channel(address, creds, options=options)
 
 
 def raw_call(channel: grpc.Channel, method: str, payload: bytes, timeout: float = 30.0):
@@ -265,6 +287,11 @@ def expect_ok_request(client, what: str, srv: Server) -> None:
 def cxx_client(address: str, r: dict, stream: bool) -> subprocess.Popen:
     cmd = [CLIENT, "--server", address, "--max-new-tokens", str(r["max_new_tokens"]),
            "--temperature", "0", "--ignore-eos", "--logprobs", "--timeout-s", "120"]
+    t = TRANSPORTS.get(address, {})
+    for flag, name in (("--tls-ca", "ca"), ("--tls-cert", "cert"), ("--tls-key", "key"),
+                       ("--api-key-file", "api_key_file")):
+        if t.get(name):
+            cmd += [flag, t[name]]
     if not stream:
         cmd.append("--no-stream")
     if "prompt" in r:

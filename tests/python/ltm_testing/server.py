@@ -65,13 +65,16 @@ class Server:
     def __init__(self, model: str, *, ranks: int = 4, tp: int = 2, pp: int = 2,
                  extra: Sequence[str] = (), start_timeout: float = 120.0,
                  stop_timeout: float = 30.0, log_dir: Optional[str] = None,
-                 name: str = "server"):
+                 name: str = "server", client_options: Optional[dict] = None):
         assert WORKER, "LTM_WORKER is not set (run the tests through ctest)"
         self.model = model
         self.ranks = ranks
         self.tp = tp
         self.pp = pp
         self.extra = [str(x) for x in extra]
+        # LtmClient keyword arguments (tls, root_certificates, api_key, ...) for a server started
+        # with TLS or an API key: used by the readiness poll and every client made here.
+        self.client_options = dict(client_options or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="ltm-e2e-")
@@ -128,15 +131,14 @@ class Server:
         for _ in range(int(self.start_timeout / 0.2) + 1):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 return False
-            channel = grpc.insecure_channel(self.address)
+            c = LtmClient(self.address, **self.client_options)
             try:
-                stub = ltm_client.ltm_pb2_grpc.GenerationStub(channel)
-                stub.GetModelInfo(ltm_client.ltm_pb2.GetModelInfoRequest(), timeout=1.0)
+                c.model_info(timeout=1.0)
                 return True
             except grpc.RpcError:
                 time.sleep(0.2)
             finally:
-                channel.close()
+                c.close()
         return False
 
     def __enter__(self) -> "Server":
@@ -213,12 +215,12 @@ class Server:
     def client(self, timeout: Optional[float] = 60.0) -> LtmClient:
         """An LtmClient whose calls have `timeout` seconds each unless told otherwise; closed when
         the server stops."""
-        c = LtmClient(self.address, timeout=timeout)
+        c = LtmClient(self.address, timeout=timeout, **self.client_options)
         self._clients.append(c)
         return c
 
     def model_info(self, timeout: float = 10.0):
-        with LtmClient(self.address) as c:
+        with LtmClient(self.address, **self.client_options) as c:
             return c.model_info(timeout=timeout)
 
     def wait_idle(self, timeout: float = 20.0, poll_s: float = 0.1):
@@ -226,7 +228,7 @@ class Server:
         last ModelInfo. Raises ServerError with the last numbers (and the log) after `timeout`."""
         deadline = time.monotonic() + timeout
         info = None
-        with LtmClient(self.address) as c:
+        with LtmClient(self.address, **self.client_options) as c:
             for _ in range(int(timeout / poll_s) + 1):
                 info = c.model_info(timeout=5.0)
                 if (info.kv_blocks_free == info.kv_blocks_total and info.running == 0

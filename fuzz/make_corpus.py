@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Writes the seed corpus fuzz/corpus/<target>/ (valid inputs of each parser). Run from anywhere;
+the output is committed, so run it again only when a format changes.
+Needs Debian's python3-protobuf and the stubs of a build (LTM_PYTHON_STUBS or build/python)."""
+import json
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.environ.get("LTM_PYTHON_STUBS", os.path.join(ROOT, "build", "python")))
+from ltm.v1 import ltm_pb2  # noqa: E402
+
+
+def out(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(tensors, metadata=None):
+    header, blobs, off = {}, b"", 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs += data
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + blobs
+
+
+f32 = lambda n: struct.pack(f"<{n}f", *[0.25 * i for i in range(n)])
+out("safetensors_header_fuzz", "f32", safetensors([("wte.weight", "F32", [3, 2], f32(6)),
+                                                   ("ln_f.bias", "F32", [2], f32(2))]))
+out("safetensors_header_fuzz", "mixed", safetensors(
+    [("a", "F16", [2, 2], b"\x00\x3c" * 4), ("b", "BF16", [3], b"\x80\x3f" * 3),
+     ("c", "I8", [4], b"\x01\x02\x03\x04"), ("s", "F32", [], f32(1))], {"format": "pt"}))
+out("safetensors_header_fuzz", "empty", safetensors([]))
+
+names = ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.attn.c_attn.weight", "ln_f.weight",
+         "ln_f.bias"]
+shard = "model-00001-of-00001.safetensors"
+out("safetensors_index_fuzz", "index", json.dumps(
+    {"metadata": {"total_size": 1000}, "weight_map": {n: shard for n in names}}))
+out("safetensors_index_fuzz", "prefixed", json.dumps(
+    {"weight_map": {"transformer." + n: shard for n in names}}))
+
+for name in sorted(os.listdir(os.path.join(ROOT, "configs"))):
+    with open(os.path.join(ROOT, "configs", name), "rb") as f:
+        out("model_config_fuzz", name, f.read())
+out("model_config_fuzz", "hf-gpt2", json.dumps(
+    {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_ctx": 1024,
+     "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+     "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05, "bos_token_id": 50256,
+     "eos_token_id": 50256, "tie_word_embeddings": True}))
+out("model_config_fuzz", "sinusoidal", json.dumps(
+    {"vocab_size": 101, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 4,
+     "position_embedding_type": "sinusoidal", "eos_token_id": None}))
+
+
+def vec(v):
+    return struct.pack("<i", len(v)) + struct.pack(f"<{len(v)}i", *v)
+
+
+def plan(kind, want, token_ids, positions, slots, offsets, ctx, tables, max_blocks, rows, sampling):
+    b = struct.pack("<Iii", 0x4c544d31, kind, want)
+    for v in (token_ids, positions, slots, offsets, ctx, tables):
+        b += vec(v)
+    b += struct.pack("<i", max_blocks) + vec(rows) + struct.pack("<i", len(sampling))
+    for t, k, p, r, seed, idx, hist in sampling:
+        b += struct.pack("<fiffQi", t, k, p, r, seed, idx) + vec(hist)
+    return b
+
+
+out("step_plan_fuzz", "prefill", plan(1, 0, [15496, 11, 995], [0, 1, 2], [0, 1, 2], [0, 3], [3],
+                                      [0], 1, [2], [(0.0, 0, 1.0, 1.0, 7, 0, [])]))
+out("step_plan_fuzz", "decode2", plan(1, 1, [5, 9], [3, 7], [3, 23], [0, 1, 2], [4, 8],
+                                      [0, 0, 1, 2], 2, [0, 1],
+                                      [(0.8, 40, 0.9, 1.0, 1, 3, []),
+                                       (1.0, 0, 1.0, 1.3, 2, 7, [1, 2, 3, 4, 5, 6, 7, 9])]))
+out("step_plan_fuzz", "shutdown", plan(2, 0, [], [], [], [0], [], [], 0, [], []))
+out("step_plan_fuzz", "keepalive", plan(3, 0, [], [], [], [0], [], [], 0, [], []))
+
+for i, text in enumerate(["Hello, world!", "Grüße aus Köln — naïve café ✓", "日本語のテキストと中文",
+                          "🙂 emoji 🚀\n\n  spaces\tand tabs 3.14159", "<|endoftext|> it's I'm we'll",
+                          "a" * 200]):
+    out("tokenizer_fuzz", f"text{i}", text.encode())
+out("tokenizer_fuzz", "invalid-utf8", b"ab\xff\xfe\xc3(\xed\xa0\x80z")
+
+reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
+        ltm_pb2.GenerateRequest(prompt_token_ids=[15496, 11, 995], max_new_tokens=4,
+                                temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.2,
+                                seed=42, stop=["\n", "."], return_logprobs=True,
+                                request_id="req-1", ignore_eos=True),
+        ltm_pb2.GenerateRequest(prompt="Grüße 🙂", stop=["x" * 1024] * 16, request_id="r" * 256)]
+for i, r in enumerate(reqs):
+    out("request_fuzz", f"req{i}", r.SerializeToString())
+out("request_fuzz", "many-stops", b"".join(b"\x4a\x01x" for _ in range(100)))
+print("corpus written to", os.path.join(HERE, "corpus"))
