@@ -50,16 +50,42 @@ void packed_column(const float* packed, int64_t k, int64_t col, float* out) {
   for (int64_t p = 0; p < k; ++p) out[p] = panel[p * kPanelWidth + c];
 }
 
+namespace {
+
+// The work of one GEMM is (panel, block of rows) items. Panels alone are the split while there
+// are enough of them (each thread then streams its panels once, with every row); when there are
+// too few to keep the threads busy (n = d = 768 is 12 panels; a 64-core socket would idle 52
+// cores) the rows are cut into blocks too, of at least 32 rows so each panel pass still reuses
+// the weights it reads. Aim: 4 items per thread.
+struct RowSplit {
+  int64_t blocks;
+  int64_t rows;  // rows per block
+};
+RowSplit split_rows(int64_t m, int64_t panels, int threads) {
+  int64_t blocks = 1;
+  if (threads > 1 && panels < 4 * threads)
+    blocks = std::max<int64_t>(1, std::min((4 * threads + panels - 1) / panels, m / 32));
+  const int64_t rows = (m + blocks - 1) / blocks;
+  return {(m + rows - 1) / rows, rows};
+}
+
+}  // namespace
+
 void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
                  float beta) {
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
   const auto panel_gemm = kernel_table().panel_gemm;  // outside the parallel region: may throw
-#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
-  for (int64_t j = 0; j < panels; ++j) {
+  const int threads = std::max(1, blas_threads());
+  const RowSplit split = split_rows(m, panels, threads);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < panels * split.blocks; ++item) {
+    const int64_t j = item % panels, r0 = (item / panels) * split.rows;
+    const int64_t rows = std::min(split.rows, m - r0);
     const int64_t c0 = j * kPanelWidth;
-    panel_gemm(a, packed + static_cast<size_t>(j) * k * kPanelWidth, c + c0, n, m, k,
-               std::min(kPanelWidth, n - c0), beta);
+    if (rows > 0)
+      panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * k * kPanelWidth, c + r0 * n + c0,
+                 n, rows, k, std::min(kPanelWidth, n - c0), beta);
   }
 }
 
@@ -179,11 +205,16 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   const KernelTable& kt = kernel_table();  // outside the parallel region: may throw
   const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
   const uint16_t* w = static_cast<const uint16_t*>(packed);
-#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
-  for (int64_t j = 0; j < panels; ++j) {
+  const int threads = std::max(1, blas_threads());
+  const RowSplit split = split_rows(m, panels, threads);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < panels * split.blocks; ++item) {
+    const int64_t j = item % panels, r0 = (item / panels) * split.rows;
+    const int64_t rows = std::min(split.rows, m - r0);
     const int64_t c0 = j * kPanelWidth;
-    panel_gemm(a, w + static_cast<size_t>(j) * k * kPanelWidth, c + c0, n, m, k,
-               std::min(kPanelWidth, n - c0), beta);
+    if (rows > 0)
+      panel_gemm(a + r0 * k, w + static_cast<size_t>(j) * k * kPanelWidth, c + r0 * n + c0, n,
+                 rows, k, std::min(kPanelWidth, n - c0), beta);
   }
 }
 

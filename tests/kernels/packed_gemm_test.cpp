@@ -103,6 +103,8 @@ TEST_P(PackedGemmIsa, OneAndTwoThreads) {
     set_blas_threads(threads);
     check(32, 2304, 768, 0.0f);
     check(3, 200, 64, 1.0f);
+    check(300, 100, 64, 1.0f);  // 2 panels for 2 threads: the rows are split too
+    check(97, 64, 48, 0.0f);    // one panel, ragged row blocks
   }
   set_blas_threads(saved);
 }
@@ -248,6 +250,7 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
     for (WeightType t : k16BitTypes) {
       check16(8, 2304, 768, 0.0f, t);
       check16(3, 200, 64, 1.0f, t);
+      check16(300, 100, 64, 1.0f, t);  // few panels: rows split across threads too
     }
   }
   set_blas_threads(saved);
