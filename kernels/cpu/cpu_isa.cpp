@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 
 #include "kernels/cpu/isa_kernels.h"
 
@@ -94,6 +95,44 @@ void choose_once() {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int> g_amx{-1};  // -1: not decided yet, 0 off, 1 on
+
+bool amx_hardware() {
+#ifdef LTM_CPU_X86
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
+        !__builtin_cpu_supports("avx512bf16") || !isa_supported(Isa::kAvx512))
+      return false;
+    return amx::request_amx();
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool amx_available() { return amx_hardware(); }
+
+bool amx_enabled() {
+  int v = g_amx.load();
+  if (v < 0) {
+    const char* env = std::getenv("LTM_AMX");
+    const bool want = !(env != nullptr && std::string_view(env) == "0");
+    v = want && amx_hardware() ? 1 : 0;
+    int expected = -1;
+    if (g_amx.compare_exchange_strong(expected, v) && v == 1)
+      spdlog::info("cpu kernels: amx-bf16 for bf16 GEMMs of {}+ rows (activations rounded to "
+                   "bf16; LTM_AMX=0 turns it off)", kAmxMinRows);
+    v = g_amx.load();
+  }
+  return v == 1 && isa() == Isa::kAvx512;
+}
+
+void set_amx(bool on) { g_amx.store(on && amx_hardware() ? 1 : 0); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

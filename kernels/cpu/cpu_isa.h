@@ -44,6 +44,17 @@ bool set_isa(Isa isa);
 // std::runtime_error with the reason for an unknown name or an ISA this CPU lacks.
 Isa choose_isa(const char* env_value);
 
+// AMX (Intel TMUL with bf16 tiles) for GEMMs of bf16 weights with at least kAmxMinRows rows of
+// A (prefill): A is rounded to bf16 (as oneDNN and llama.cpp do for bf16 weights; accumulation
+// stays fp32), and the GEMM runs several times the AVX-512 rate. Used when the CPU has AMX-TILE
+// and AMX-BF16, the OS grants the tile state, the AVX-512 path is in use, and LTM_AMX is not "0";
+// a "cpu kernels: amx-bf16 ..." line says so once. amx_enabled() answers; set_amx(false) turns it
+// off for the process (tests compare against the exact path), set_amx(true) back on if available.
+inline constexpr int64_t kAmxMinRows = 64;
+bool amx_available();
+bool amx_enabled();
+void set_amx(bool on);
+
 // The CPU features the paths test, e.g. "avx512f avx512bw avx512vl avx512dq avx2 fma f16c".
 std::string cpu_feature_list();
 

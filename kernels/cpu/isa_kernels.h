@@ -93,6 +93,17 @@ LTM_DECLARE_ISA_KERNELS(portable)
 #define LTM_CPU_X86 1
 LTM_DECLARE_ISA_KERNELS(avx2)
 LTM_DECLARE_ISA_KERNELS(avx512)
+// AMX (packed_gemm_amx.cpp), outside the table: an addition to the AVX-512 path (cpu_isa.h).
+namespace amx {
+bool request_amx();  // asks Linux for the tile state; false when refused
+// A [m, k] fp32 rows to bf16 rows of kpad (a multiple of 32) elements, zero past k.
+void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out);
+// C[m, cols] = A16 @ P + beta * C for one bf16 panel P [k, 64]; A16 from round_rows_bf16 with
+// its rows padded to a multiple of 16. Scratch: vnni kpad * 64, c_tile 16 * 64 elements.
+void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
+                     int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
+                     uint16_t* vnni, float* c_tile);
+}  // namespace amx
 #endif
 
 }  // namespace ltm::kernels::cpu

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/gemm.h"
 
@@ -90,6 +91,41 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
 }
 
 // ---- WeightType-generic packing and GEMM ----
+
+#ifdef LTM_CPU_X86
+namespace {
+
+// The AMX path of packed_gemm for bf16 weights (cpu_isa.h): A rounded to bf16 once, in whole
+// tiles (rows padded to 16, k to 32), then (panel, block of rows) items as the other paths.
+void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
+                          int64_t k, float beta, int64_t panels) {
+  const int64_t kpad = (k + 31) / 32 * 32, mpad = (m + 15) / 16 * 16;
+  std::vector<uint16_t> a16(static_cast<size_t>(mpad * kpad), 0);
+  const int threads = std::max(1, blas_threads());
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t r0 = 0; r0 < m; r0 += 16)
+    amx::round_rows_bf16(a + r0 * k, std::min<int64_t>(16, m - r0), k, kpad, a16.data() + r0 * kpad);
+  RowSplit split = split_rows(m, panels, threads);
+  split.rows = (split.rows + 15) / 16 * 16;  // whole tiles
+  split.blocks = (m + split.rows - 1) / split.rows;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<uint16_t> vnni(static_cast<size_t>(kpad * kPanelWidth));
+    alignas(64) float c_tile[16 * kPanelWidth];
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < panels * split.blocks; ++item) {
+      const int64_t j = item % panels, r0 = (item / panels) * split.rows;
+      const int64_t rows = std::min(split.rows, m - r0);
+      const int64_t c0 = j * kPanelWidth;
+      amx::panel_gemm_bf16(a16.data() + r0 * kpad, kpad, w + static_cast<size_t>(j) * k * kPanelWidth,
+                           c + r0 * n + c0, n, rows, k, std::min(kPanelWidth, n - c0), beta,
+                           vnni.data(), c_tile);
+    }
+  }
+}
+
+}  // namespace
+#endif
 
 size_t packed_bytes(int64_t k, int64_t n, WeightType t) {
   return packed_floats(k, n) * weight_type_size(t);
@@ -202,6 +238,12 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   }
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+#ifdef LTM_CPU_X86
+  if (t == WeightType::kBF16 && m >= kAmxMinRows && amx_enabled()) {
+    packed_gemm_bf16_amx(a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels);
+    return;
+  }
+#endif
   const KernelTable& kt = kernel_table();  // outside the parallel region: may throw
   const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
   const uint16_t* w = static_cast<const uint16_t*>(packed);
