@@ -121,7 +121,10 @@ void nt_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
 // fp32 scratch (32 KB, L1) and every row group runs the fp32 tile on it, so the conversion is
 // paid once per chunk, not once per row group, and the compute-bound kernel is the fp32 one.
 
-constexpr int64_t kPrefetch16 = 16;  // panel rows (128 bytes each) prefetched ahead
+#ifndef PG_PREFETCH16
+#define PG_PREFETCH16 16
+#endif
+constexpr int64_t kPrefetch16 = PG_PREFETCH16;  // panel rows (128 bytes each) prefetched ahead
 
 template <bool kF16>
 inline __m512 cvt16(const uint16_t* p) {
