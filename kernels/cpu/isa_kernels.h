@@ -93,6 +93,13 @@ LTM_DECLARE_ISA_KERNELS(portable)
 #define LTM_CPU_X86 1
 LTM_DECLARE_ISA_KERNELS(avx2)
 LTM_DECLARE_ISA_KERNELS(avx512)
+namespace avx512 {
+// One row of A (decode) times up to 4 consecutive panels (cols <= 256; C gets `cols` columns):
+// the panels are streamed together. type: 0 fp32, 1 bf16, 2 fp16 panels. packed_gemm uses it for
+// m == 1 on the AVX-512 path.
+void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t k, int64_t cols,
+                 float beta);
+}  // namespace avx512
 // AMX (packed_gemm_amx.cpp), outside the table: an addition to the AVX-512 path (cpu_isa.h).
 namespace amx {
 bool request_amx();  // asks Linux for the tile state; false when refused

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <omp.h>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -72,11 +73,40 @@ RowSplit split_rows(int64_t m, int64_t panels, int threads) {
 
 }  // namespace
 
+#ifdef LTM_CPU_X86
+namespace {
+// m == 1 on the AVX-512 path: each thread takes an even share of the panels, in order, and walks
+// them 4 at a time (avx512::gemv_panels: several streams per core). true when it ran.
+bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem_bytes, float* c,
+                       int64_t m, int64_t n, int64_t k, float beta) {
+  if (m != 1 || isa() != Isa::kAvx512) return false;
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blas_threads(), panels)));
+  const char* base = static_cast<const char*>(packed);
+  const size_t panel_bytes = static_cast<size_t>(k * kPanelWidth) * elem_bytes;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
+    for (int64_t j = j0; j < j1; j += 4) {
+      const int64_t c0 = j * kPanelWidth;
+      const int64_t cols = std::min<int64_t>(std::min<int64_t>(4, j1 - j) * kPanelWidth, n - c0);
+      avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
+    }
+  }
+  return true;
+}
+}  // namespace
+#endif
+
 void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
                  float beta) {
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
   const auto panel_gemm = kernel_table().panel_gemm;  // outside the parallel region: may throw
+#ifdef LTM_CPU_X86
+  if (gemv_multi_stream(a, packed, 0, sizeof(float), c, m, n, k, beta)) return;
+#endif
   const int threads = std::max(1, blas_threads());
   const RowSplit split = split_rows(m, panels, threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -245,6 +275,9 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   }
 #endif
   const KernelTable& kt = kernel_table();  // outside the parallel region: may throw
+#ifdef LTM_CPU_X86
+  if (gemv_multi_stream(a, packed, t == WeightType::kBF16 ? 1 : 2, 2, c, m, n, k, beta)) return;
+#endif
   const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
   const uint16_t* w = static_cast<const uint16_t*>(packed);
   const int threads = std::max(1, blas_threads());

@@ -269,5 +269,83 @@ void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc
   panel_gemm16<true>(a, panel, c, ldc, m, k, cols, beta);
 }
 
+// ---- Decode (one row of A) over several panels at once ----
+//
+// One row of A is bandwidth-bound: each panel is one sequential stream, and one stream per core
+// leaves the memory system idle part of the time. Walking S panels together (S streams, each
+// prefetched ahead) measured here: 1 stream 28 GB/s, 2 streams 33, 4 streams 35-36 (2 threads,
+// bf16, 250 MB of weights).
+namespace {
+
+template <int kType>  // 0: fp32, 1: bf16, 2: fp16
+inline __m512 load_w(const void* base, int64_t i) {
+  if constexpr (kType == 0) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+    if constexpr (kType == 2) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <int S, int kType>
+void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t cols, float beta) {
+  constexpr int64_t kBytes = kType == 0 ? 4 : 2;
+  constexpr int64_t kAhead = 16;  // panel rows prefetched ahead per stream
+  const char* base = static_cast<const char*>(panels);
+  const int64_t panel_bytes = k * kWidth * kBytes;
+  __m512 acc[S][4];
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s)
+    for (int v = 0; v < 4; ++v) acc[s][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 x = _mm512_set1_ps(a[p]);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const char* row = base + s * panel_bytes + p * kWidth * kBytes;
+      if (p + kAhead < k) {
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < kWidth * kBytes; line += 64)
+          _mm_prefetch(row + kAhead * kWidth * kBytes + line, _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v)
+        acc[s][v] = _mm512_fmadd_ps(x, load_w<kType>(row, 16 * v), acc[s][v]);
+    }
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s)
+    for (int v = 0; v < 4; ++v) {
+      const int64_t c0 = s * kWidth + 16 * v;
+      const int64_t left = cols - c0;
+      if (left <= 0) break;
+      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+      __m512 out = acc[s][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c + c0), out);
+      _mm512_mask_storeu_ps(c + c0, m, out);
+    }
+}
+
+template <int kType>
+void gemv_any(const float* a, const void* panels, float* c, int64_t k, int64_t cols, float beta) {
+  switch ((cols + kWidth - 1) / kWidth) {
+    case 4: gemv_s<4, kType>(a, panels, c, k, cols, beta); break;
+    case 3: gemv_s<3, kType>(a, panels, c, k, cols, beta); break;
+    case 2: gemv_s<2, kType>(a, panels, c, k, cols, beta); break;
+    default: gemv_s<1, kType>(a, panels, c, k, cols, beta); break;
+  }
+}
+
+}  // namespace
+
+void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t k, int64_t cols,
+                 float beta) {
+  if (type == 1) gemv_any<1>(a, panels, c, k, cols, beta);
+  else if (type == 2) gemv_any<2>(a, panels, c, k, cols, beta);
+  else gemv_any<0>(a, panels, c, k, cols, beta);
+}
+
 }  // namespace ltm::kernels::cpu::avx512
 #endif

@@ -256,6 +256,21 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
   set_blas_threads(saved);
 }
 
+TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
+  // Decode (m = 1): on the AVX-512 path each thread walks its panels 4 at a time
+  // (avx512::gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
+  const int saved = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (int64_t n : {1, 63, 64, 65, 130, 257, 520, 1000})
+      for (float beta : {0.0f, 1.0f}) {
+        check(1, n, 97, beta);
+        for (WeightType t : k16BitTypes) check16(1, n, 97, beta, t);
+      }
+  }
+  set_blas_threads(saved);
+}
+
 TEST_P(PackedGemmIsa, F32TypeMatchesFloatApi) {
   // WeightType::kF32 through the generic functions: the same bytes and results as the float* API.
   const int64_t m = 5, n = 130, k = 129;
