@@ -19,6 +19,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
 #include "common/memory.h"
 #include "common/logging.h"
@@ -233,7 +234,8 @@ int main(int argc, char** argv) {
         {"model", o.model}, {"n_layer", L}, {"n_embd", d}, {"n_head", c.n_head},
         {"vocab_size", c.vocab_size}, {"weight_dtype", ltm::precision_name(rs.model->weight_precision())},
         {"kv_dtype", ltm::precision_name(rs.kv_precision)},
-        {"backend", rs.backend->describe()}, {"tp", o.tp}, {"pp", o.pp},
+        {"backend", rs.backend->describe()}, {"isa", ltm::kernels::cpu::isa_name()},
+        {"amx", ltm::kernels::cpu::amx_enabled()}, {"tp", o.tp}, {"pp", o.pp},
         {"threads_per_rank", rs.threads}, {"batch", batch}, {"prompt_tokens", prompt_tokens},
         {"new_tokens", new_tokens}, {"weight_bytes", total_weight_bytes},
         {"peak_rss_bytes", peak_rss}};
