@@ -99,14 +99,12 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
 }  // namespace
 #endif
 
-void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
-                 float beta) {
-  if (m == 0 || n == 0) return;
-  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
-  const auto panel_gemm = kernel_table().panel_gemm;  // outside the parallel region: may throw
-#ifdef LTM_CPU_X86
-  if (gemv_multi_stream(a, packed, 0, sizeof(float), c, m, n, k, beta)) return;
-#endif
+namespace {
+// The (panel, block of rows) items of one GEMM over the threads, each one call of a table
+// kernel (fp32 or 16-bit panels, Elem the element type).
+template <typename Elem, typename PanelGemm>
+void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float* c, int64_t m,
+                int64_t n, int64_t k, float beta, int64_t panels) {
   const int threads = std::max(1, blas_threads());
   const RowSplit split = split_rows(m, panels, threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -118,6 +116,18 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
       panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * k * kPanelWidth, c + r0 * n + c0,
                  n, rows, k, std::min(kPanelWidth, n - c0), beta);
   }
+}
+}  // namespace
+
+void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64_t n, int64_t k,
+                 float beta) {
+  if (m == 0 || n == 0) return;
+  const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const auto panel_gemm = kernel_table().panel_gemm;  // outside the parallel region: may throw
+#ifdef LTM_CPU_X86
+  if (gemv_multi_stream(a, packed, 0, sizeof(float), c, m, n, k, beta)) return;
+#endif
+  run_panels(panel_gemm, a, packed, c, m, n, k, beta, panels);
 }
 
 // ---- WeightType-generic packing and GEMM ----
@@ -279,18 +289,7 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   if (gemv_multi_stream(a, packed, t == WeightType::kBF16 ? 1 : 2, 2, c, m, n, k, beta)) return;
 #endif
   const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
-  const uint16_t* w = static_cast<const uint16_t*>(packed);
-  const int threads = std::max(1, blas_threads());
-  const RowSplit split = split_rows(m, panels, threads);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t item = 0; item < panels * split.blocks; ++item) {
-    const int64_t j = item % panels, r0 = (item / panels) * split.rows;
-    const int64_t rows = std::min(split.rows, m - r0);
-    const int64_t c0 = j * kPanelWidth;
-    if (rows > 0)
-      panel_gemm(a + r0 * k, w + static_cast<size_t>(j) * k * kPanelWidth, c + r0 * n + c0, n,
-                 rows, k, std::min(kPanelWidth, n - c0), beta);
-  }
+  run_panels(panel_gemm, a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels);
 }
 
 }  // namespace ltm::kernels::cpu
