@@ -14,9 +14,9 @@
 //
 // Not a ctest. Needs libdnnl-dev libblis-dev libhwy-dev (apt-get). Build by hand (-march=native
 // for the Highway GEMV's static dispatch; our kernels keep their run-time dispatch):
-//   cmake --build build-k16 -j2 --target ltm_kernels_cpu
+//   cmake --build build -j2 --target ltm_kernels_cpu
 //   g++ -O2 -march=native -DHWY_COMPILE_ONLY_STATIC=1 -fopenmp -I. \
-//     tests/kernels/matmul_libraries_bench.cpp build-k16/kernels/libltm_kernels_cpu.a \
+//     tests/kernels/matmul_libraries_bench.cpp build/kernels/libltm_kernels_cpu.a \
 //     -lspdlog -lfmt -ldnnl -lhwy \
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4 \

@@ -3,10 +3,10 @@
 // supports (cpu_isa.h), GPT-2-124M shapes. The paths and weight types alternate within each
 // round, so the ratios are robust to a noisy machine; "x" after a packed path is its ratio to
 // OpenBLAS (f32) or to the same path's f32 kernel (bf16, f16). Not a ctest; build by hand
-// against the kernels library of a build tree (here build-k16):
-//   cmake --build build-k16 -j2 --target ltm_kernels_cpu
+// against the kernels library of a build tree (scripts/build makes build/):
+//   cmake --build build -j2 --target ltm_kernels_cpu
 //   g++ -O2 -march=x86-64-v2 -fopenmp -I. tests/kernels/packed_gemm_bench.cpp \
-//     build-k16/kernels/libltm_kernels_cpu.a -lspdlog -lfmt \
+//     build/kernels/libltm_kernels_cpu.a -lspdlog -lfmt \
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -o /tmp/skb
 //   OMP_NUM_THREADS=2 /tmp/skb [m ...]
