@@ -23,6 +23,7 @@
 #include "kernels/cpu/gemm.h"
 #include "common/memory.h"
 #include "common/logging.h"
+#include "common/openmp_wait.h"
 #include "launcher/model_setup.h"
 #include "runtime/serve/scheduler.h"
 
@@ -92,6 +93,7 @@ double measure_sgemm_peak(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::bound_openmp_spin(argv);  // first: may exec this program again (common/openmp_wait.h)
   ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
@@ -165,7 +167,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   ltm::Scheduler scheduler(*rs.engine, nullptr, c, rs.n_blocks, o.block_size,
-                           ltm::SchedulerOptions{o.max_batch_tokens, batch, 1});
+                           [&] {
+                             ltm::SchedulerOptions so;
+                             so.max_batch_tokens = o.max_batch_tokens;
+                             so.max_running = batch;
+                             so.max_queue = batch;  // every sequence is queued before the run
+                             so.micro_batches = 1;
+                             return so;
+                           }());
   // `batch` requests of the same length with different prompts; a token's time is when the
   // scheduler hands it out. Prefill ends when every sequence has its first token.
   std::vector<Clock::time_point> first(batch), last(batch);
