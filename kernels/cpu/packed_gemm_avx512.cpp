@@ -26,10 +26,23 @@ constexpr int64_t kWidth = 64;          // kPanelWidth
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#ifndef PG_L2_NEXT
+#define PG_L2_NEXT 1  // 0: no prefetch of the next chunk of B (next_chunk_share), for comparisons
+#endif
+constexpr bool g_l2_next = PG_L2_NEXT != 0;
+
 // C[R rows, 64 cols] (masked by mk[]) = A[R, k] @ P + beta * C for one panel P [k, 64].
+// L2 prefetch stream of a tile: `lines` cache lines from `base`, `per_step` of them per k step.
+struct L2Stream {
+  const char* base = nullptr;
+  int64_t lines = 0;
+  int64_t per_step = 0;
+};
+
 template <int R, bool kMasked>
 inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                    int64_t ldc, int64_t k, float beta, const __mmask16* mk, bool prefetch) {
+                    int64_t ldc, int64_t k, float beta, const __mmask16* mk, bool prefetch,
+                    L2Stream l2 = {}) {
   __m512 acc[R][4];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -50,6 +63,8 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
       _mm_prefetch(pf + 128, _MM_HINT_T0);
       _mm_prefetch(pf + 192, _MM_HINT_T0);
     }
+    for (int64_t q = 0, line = p * l2.per_step; q < l2.per_step && line < l2.lines; ++q, ++line)
+      _mm_prefetch(l2.base + line * 64, _MM_HINT_T1);
     __m512 b0, b1, b2, b3;
     if constexpr (kMasked) {
       b0 = _mm512_maskz_loadu_ps(m0, bp);
@@ -85,6 +100,23 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
   }
 }
 
+// While the row groups after the first compute on a chunk of B (from L1), the memory system is
+// idle: they pull the next chunk (bytes at `next`) into L2, each group a share of its lines, so
+// the first row group of the next chunk reads L2 instead of memory. At m = 32 that group is a
+// sixth of the arithmetic but ran at memory speed.
+inline L2Stream next_chunk_share(const void* next, int64_t bytes, int64_t group, int64_t groups,
+                                 int64_t kc) {
+  if (groups < 2 || group == 0 || kc <= 0) return {};
+  const int64_t lines = bytes / 64, share = (lines + groups - 2) / (groups - 1);
+  const int64_t first = (group - 1) * share;
+  if (first >= lines) return {};
+  L2Stream s;
+  s.base = static_cast<const char*>(next) + first * 64;
+  s.lines = share < lines - first ? share : lines - first;
+  s.per_step = (s.lines + kc - 1) / kc;
+  return s;
+}
+
 // B is walked in chunks of kKChunk rows ([kKChunk x 64] = 32 KB stays in L1 while every row
 // group of A uses it); C accumulates across chunks.
 template <bool kMasked>
@@ -95,17 +127,24 @@ void nt_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
     const int64_t kc = min_i(kKChunk, k - p0);
     const float* bp = b + p0 * ldb;
     const float bt = p0 == 0 ? beta : 1.0f;
+    const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
+    // The next chunk: this panel's next rows, or (after its last) the next panel, which follows
+    // this one in memory (ldb == panel width); a prefetch past the weights is harmless.
+    const float* next = b + (p0 + kc) * ldb;
+    const int64_t next_bytes = min_i(kKChunk, p0 + kc < k ? k - p0 - kc : kKChunk) * ldb * 4;
     for (int64_t i = 0; i < m; i += kMaxRows) {
       const float* ai = a + i * lda + p0;
       float* ci = c + i * ldc;
       const bool pf = i == 0;  // the first row group pulls the B chunk from memory
+      const L2Stream l2 =
+          g_l2_next ? next_chunk_share(next, next_bytes, i / kMaxRows, groups, kc) : L2Stream{};
       switch (min_i(m - i, kMaxRows)) {
-        case 6: nt_tile<6, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
-        case 5: nt_tile<5, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
-        case 4: nt_tile<4, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
-        case 3: nt_tile<3, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
-        case 2: nt_tile<2, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
-        default: nt_tile<1, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf); break;
+        case 6: nt_tile<6, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
+        case 5: nt_tile<5, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
+        case 4: nt_tile<4, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
+        case 3: nt_tile<3, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
+        case 2: nt_tile<2, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
+        default: nt_tile<1, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
       }
     }
     p0 += kc;
@@ -206,16 +245,22 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t
       bf16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
     }
     const float bt = p0 == 0 ? beta : 1.0f;
+    const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
+    const uint16_t* next = b + (p0 + kc) * kWidth;  // as nt_rows: this panel's or the next one's
+    const int64_t next_bytes = min_i(kKChunk, p0 + kc < k ? k - p0 - kc : kKChunk) * kWidth * 2;
     for (int64_t i = 0; i < m; i += kMaxRows) {
       const float* ai = a + i * lda + p0;
       float* ci = c + i * ldc;
+      // Group 0 no longer pulls anything (the conversion did); every group shares the prefetch.
+      const L2Stream l2 = g_l2_next
+          ? next_chunk_share(next, next_bytes, i / kMaxRows + 1, groups + 1, kc) : L2Stream{};
       switch (min_i(m - i, kMaxRows)) {
-        case 6: nt_tile<6, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
-        case 5: nt_tile<5, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
-        case 4: nt_tile<4, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
-        case 3: nt_tile<3, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
-        case 2: nt_tile<2, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
-        default: nt_tile<1, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false); break;
+        case 6: nt_tile<6, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
+        case 5: nt_tile<5, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
+        case 4: nt_tile<4, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
+        case 3: nt_tile<3, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
+        case 2: nt_tile<2, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
+        default: nt_tile<1, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
       }
     }
     p0 += kc;
