@@ -782,7 +782,7 @@ void HttpServer::shutdown(std::chrono::steady_clock::time_point deadline) {
   close_sessions(true);
   state_->work.reset();
   // Let the closes run; then stop whatever is left (a client that will not read).
-  const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
   while (state_->connections.load() > 0 && std::chrono::steady_clock::now() < stop_at)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   state_->ioc.stop();
