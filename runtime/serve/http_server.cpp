@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
 #include <ctime>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -184,8 +185,13 @@ class Session : public std::enable_shared_from_this<Session> {
       close_now();
       return;
     }
+    if (!ec) {
+      unread_input_ = false;
+      return handle(parser_->release());
+    }
     keep_alive_ = false;
     version_ = 11;
+    unread_input_ = true;  // the rest of the request is still coming: drain it before closing
     if (ec == http::error::body_limit) {
       ApiError e;
       e.http_status = 413;
@@ -201,18 +207,13 @@ class Session : public std::enable_shared_from_this<Session> {
       send_error(e);
       return;
     }
-    if (ec) {
-      if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
-        // A malformed request: say so, then close.
-        ApiError e;
-        e.message = absl::StrCat("malformed HTTP request: ", ec.message());
-        send_error(e);
-      } else {
-        close_now();
-      }
-      return;
+    if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      // A malformed request: say so, then close.
+      ApiError e;
+      e.message = absl::StrCat("malformed HTTP request: ", ec.message());
+      return send_error(e);
     }
-    handle(parser_->release());
+    close_now();
   }
 
   void handle(http::request<http::string_body> req) {
@@ -586,9 +587,28 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(state_->idle());
     http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
       self->stream_.expires_never();
+      if (!ec && self->unread_input_) return self->close_after_reading();
       if (ec || !sp->keep_alive()) return self->close_now();
       self->next_request();
     });
+  }
+
+  // After an error answered before the request was read to its end (413, 431, malformed): stop
+  // sending, then read and drop what the client still sends (at most 4 MiB, 2 s) before closing,
+  // so that closing with unread input does not reset the connection under the answer.
+  void close_after_reading() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    stream_.async_read_some(net::buffer(drain_buf_),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > (size_t{4} << 20)) {
+                                self->stream_.close();
+                                return;
+                              }
+                              self->close_after_reading();
+                            });
   }
 
   void next_request() {
@@ -612,6 +632,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = false;
   unsigned version_ = 11;
+  bool unread_input_ = false;
+  std::array<char, 4096> drain_buf_{};
+  size_t drained_ = 0;
 
   // The request being generated.
   bool generating_ = false;
