@@ -277,6 +277,28 @@ TEST_F(HttpServerTest, QueueFullDrainingAndHealth) {
   EXPECT_THAT(h.response(), HasSubstr(R"({"status":"draining"})"));
 }
 
+TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreClosed) {
+  HttpServerOptions o;
+  o.address = "127.0.0.1:0";
+  o.max_connections = 2;
+  absl::StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::start(o, sink_, tokenizer_, info_);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Client a((*s)->port()), b((*s)->port());
+  a.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+  b.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_THAT(a.response(), HasSubstr("200 OK"));
+  EXPECT_THAT(b.response(), HasSubstr("200 OK"));
+  EXPECT_TRUE(eventually([&] { return (*s)->connections() == 2; }));
+  Client c((*s)->port());
+  EXPECT_EQ(c.response(), "");  // closed at once, nothing read
+  EXPECT_EQ((*s)->connections(), 2);
+  a.close();
+  EXPECT_TRUE(eventually([&] { return (*s)->connections() == 1; }));
+  Client d((*s)->port());
+  d.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_THAT(d.response(), HasSubstr("200 OK"));
+}
+
 TEST_F(HttpServerTest, FinalEventAfterTheServerIsGone) {
   Client c(server_->port());
   c.post("/v1/completions", R"({"prompt": "hi", "stream": true})");
