@@ -136,6 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
     state_->connections.fetch_add(1);
   }
   ~Session() {
+    release_active();
     state_->connections.fetch_sub(1);
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->sessions.erase(this);
@@ -362,6 +363,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return write(std::move(res));
     }
     state_->active.fetch_add(1);
+    holds_active_ = true;
     generating_ = true;
     stream_.expires_never();
     if (stream_mode_) {
@@ -540,11 +542,11 @@ class Session : public std::enable_shared_from_this<Session> {
       recorded_ = true;
       state_->count(outcome);
     }
-    state_->active.fetch_sub(1);
     cancel_.reset();
     text_.clear();
     logprobs_.clear();
-    if (!answered) return;
+    if (!answered) return;  // the request stays active until its response is written
+    release_active();
     builder_.reset();
     if (!keep || client_gone_ || state_->draining.load()) return close_now();
     next_request();
@@ -579,7 +581,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void write(StringResponse res) {
-    if (client_gone_) return close_now();
+    if (client_gone_) {
+      release_active();
+      return close_now();
+    }
     auto sp = std::make_shared<StringResponse>(std::move(res));
     sp->set(http::field::server, "ltm");
     sp->keep_alive(keep_alive_ && !state_->draining.load());
@@ -587,6 +592,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(state_->idle());
     http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
       self->stream_.expires_never();
+      self->release_active();
       if (!ec && self->unread_input_) return self->close_after_reading();
       if (ec || !sp->keep_alive()) return self->close_now();
       self->next_request();
@@ -609,6 +615,13 @@ class Session : public std::enable_shared_from_this<Session> {
                               }
                               self->close_after_reading();
                             });
+  }
+
+  // A completion counts as active (shutdown waits for it) until its answer is written.
+  void release_active() {
+    if (!holds_active_) return;
+    holds_active_ = false;
+    state_->active.fetch_sub(1);
   }
 
   void next_request() {
@@ -638,6 +651,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The request being generated.
   bool generating_ = false;
+  bool holds_active_ = false;
   bool stream_mode_ = false;
   bool include_usage_ = false;
   bool client_gone_ = false;

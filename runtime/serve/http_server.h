@@ -82,7 +82,7 @@ class HttpServer {
   bool draining() const;
   void shutdown(std::chrono::steady_clock::time_point deadline);
 
-  int64_t active_requests() const;  // completions being generated
+  int64_t active_requests() const;  // completions generating or being answered
   int64_t connections() const;      // open connections
 
  private:
