@@ -100,4 +100,17 @@ reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
 for i, r in enumerate(reqs):
     out("request_fuzz", f"req{i}", r.SerializeToString())
 out("request_fuzz", "many-stops", b"".join(b"\x4a\x01x" for _ in range(100)))
+completions = [
+    {"prompt": "Hello, my name is", "max_tokens": 8},
+    {"model": "gpt2", "prompt": [15496, 11, 995], "max_tokens": 4, "temperature": 0.7,
+     "top_p": 0.9, "top_k": 40, "n": 1, "stop": ["\n", "."], "seed": 42, "stream": True,
+     "stream_options": {"include_usage": True}, "logprobs": 5, "echo": True,
+     "presence_penalty": 0, "frequency_penalty": 0, "user": "u", "repetition_penalty": 1.1,
+     "ignore_eos": True, "logit_bias": {}},
+    {"prompt": ["Grüße 🙂"], "stop": "x", "max_tokens": None, "suffix": None},
+    {"prompt": [[1, 2, 3]], "top_k": -1, "seed": -5},
+]
+for i, c in enumerate(completions):
+    out("completion_json_fuzz", f"body{i}", json.dumps(c, ensure_ascii=(i % 2 == 0)))
+out("completion_json_fuzz", "nested", "[" * 40 + "]" * 40)
 print("corpus written to", os.path.join(HERE, "corpus"))

@@ -67,6 +67,8 @@ po::options_description describe(WorkerOptions* o) {
       ("max-streams-per-connection", po::value(&o->max_streams_per_connection)->default_value(256), "concurrent calls one client connection may have")
       ("request-memory-mb", po::value(&o->request_memory_mb)->default_value(256), "memory gRPC may spend on calls in flight (ResourceQuota), MiB")
       ("check-weights", po::bool_switch(&o->check_weights), "refuse weights that hold NaN or Inf (reads every weight once more at load)")
+      ("http", po::value(&o->http), "also serve the OpenAI completions API, /health and /metrics over HTTP on ADDR:PORT (rank 0; needs --listen)")
+      ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
       ("help,h", "this help");
   po::options_description all("ltm-worker options");
   all.add(model).add(gen).add(run).add(serve);
@@ -167,6 +169,16 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->request_memory_mb < 16 || o->request_memory_mb > (int64_t{1} << 20))
     return fail("--request-memory-mb must be in [16, 1048576]");
   if (o->tls_cert.empty() != o->tls_key.empty()) return fail("give --tls-cert and --tls-key together");
+  if (!o->http.empty()) {
+    if (o->listen.empty()) return fail("--http needs --listen (the gRPC address) as well");
+    if (o->http.find(':') == std::string::npos) o->http = "127.0.0.1:" + o->http;
+    else if (o->http[0] == ':') o->http = "127.0.0.1" + o->http;
+    const std::string host = o->http.substr(0, o->http.rfind(':'));
+    if (!o->tls_cert.empty() && host != "127.0.0.1" && host != "localhost" && host != "[::1]")
+      return fail("--http serves plaintext: with --tls-cert it may only listen on loopback "
+                  "(put a TLS proxy in front of it)");
+  }
+  if (o->http_threads < 1 || o->http_threads > 64) return fail("--http-threads must be in [1, 64]");
   if (!o->tls_client_ca.empty() && o->tls_cert.empty())
     return fail("--tls-client-ca needs --tls-cert and --tls-key");
   return ParseResult::kOk;

@@ -58,6 +58,9 @@ struct WorkerOptions {
   int32_t max_streams_per_connection = 256;
   int64_t request_memory_mb = 256;  // gRPC ResourceQuota
   bool check_weights = false;   // refuse NaN/Inf weights at load
+  // HTTP front door (OpenAI API, /health, /metrics) beside gRPC: ADDR:PORT, empty = none.
+  std::string http;
+  int http_threads = 2;
 };
 
 enum class ParseResult { kOk, kHelp, kError };

@@ -19,6 +19,8 @@
 #include "parallel/group_abort.h"
 #include "runtime/serve/auth.h"
 #include "runtime/serve/grpc_server.h"
+#include "runtime/serve/http_server.h"
+#include "runtime/serve/metrics.h"
 #include "runtime/model/npy.h"
 #include "runtime/serve/scheduler.h"
 #include "runtime/text/tokenizer.h"
@@ -183,15 +185,32 @@ void on_signal(int sig) { g_signal.store(sig); }
 // Serving on rank 0. Returns the exit code.
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   const ModelConfig& config = rs.model->config();
+  ServeMetrics metrics;
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size,
                       SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue,
-                                       o.micro_batches, o.keepalive_s});
+                                       o.micro_batches, o.keepalive_s, &metrics});
   EngineInfo info;
   info.model_name = std::filesystem::path(o.model).filename().string();
   info.model = config;
   info.tp = o.tp;
   info.pp = o.pp;
-  info.dtype = "fp32";
+  info.dtype = precision_name(rs.model->weight_precision());
+  info.kv_dtype = precision_name(rs.kv_precision);
+  metrics.set_build_info({LTM_PROJECT_VERSION, absl::StrCat("tp", o.tp, "pp", o.pp), info.dtype,
+                          info.kv_dtype});
+  metrics.set_stats_source([&scheduler] {
+    const SchedulerStats s = scheduler.stats();
+    LiveStats l;
+    l.engine.kv_blocks_total = s.kv_blocks_total;
+    l.engine.kv_blocks_free = s.kv_blocks_free;
+    l.engine.kv_block_size = s.block_size;
+    l.engine.queue_depth = s.queue_depth;
+    l.engine.running = s.running;
+    l.engine.requests_served = s.requests_served;
+    l.preemptions = s.preemptions;
+    l.steps = s.steps;
+    return l;
+  });
   info.stats = [&scheduler] {
     const SchedulerStats s = scheduler.stats();
     EngineStats e;
@@ -212,6 +231,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   gopts.tls_key_file = o.tls_key;
   gopts.tls_client_ca_file = o.tls_client_ca;
   gopts.reflection = o.reflection;
+  gopts.metrics = &metrics;
   if (!o.api_key_file.empty()) {
     absl::StatusOr<std::string> key = read_api_key_file(o.api_key_file);
     if (!key.ok()) {
@@ -227,9 +247,39 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
                  std::string(server.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "ltm-worker: serving %s on %s (tp %d, pp %d, %d KV blocks of %d tokens)\n",
-               info.model_name.c_str(), (*server)->address().c_str(), o.tp, o.pp, rs.n_blocks,
-               o.block_size);
+  // The HTTP front door (runtime/serve/http_server.h): /health says ready once a warm-up
+  // request has run a step on every rank.
+  std::atomic<bool> warm{false};
+  std::unique_ptr<HttpServer> http;
+  if (!o.http.empty()) {
+    HttpServerOptions hopts;
+    hopts.address = o.http;
+    hopts.threads = o.http_threads;
+    hopts.api_key = gopts.api_key;
+    hopts.metrics = &metrics;
+    hopts.ready = [&warm] { return warm.load(); };
+    absl::StatusOr<std::unique_ptr<HttpServer>> h = HttpServer::start(hopts, scheduler, tokenizer, info);
+    if (!h.ok()) {
+      std::fprintf(stderr, "ltm-worker: cannot serve HTTP on %s: %s\n", o.http.c_str(),
+                   std::string(h.status().message()).c_str());
+      return 1;
+    }
+    http = std::move(*h);
+    GenerationRequest warmup;
+    warmup.request_id = "warmup";
+    warmup.prompt_ids = {config.eos_token_id >= 0 && config.eos_token_id < config.vocab_size
+                             ? static_cast<int32_t>(config.eos_token_id) : 0};
+    warmup.max_new_tokens = 1;
+    warmup.sampling.temperature = 0;
+    warmup.ignore_eos = true;
+    absl::Status ws = scheduler.submit(std::move(warmup), [&warm](GenerationEvent ev) {
+      if (ev.finished) warm.store(ev.finish_reason != FinishReason::kError);
+    });
+    if (!ws.ok()) std::fprintf(stderr, "ltm-worker: warm-up request: %s\n", ws.ToString().c_str());
+  }
+  std::fprintf(stderr, "ltm-worker: serving %s on %s%s%s (tp %d, pp %d, %d KV blocks of %d tokens)\n",
+               info.model_name.c_str(), (*server)->address().c_str(), http ? ", HTTP on " : "",
+               http ? http->address().c_str() : "", o.tp, o.pp, rs.n_blocks, o.block_size);
   std::fflush(stderr);
 
   // SIGTERM, SIGINT or SIGUSR1 (what mpirun forwards to every rank; launcher/ltm-mpirun turns
@@ -256,12 +306,14 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
                  o.drain_timeout_s);
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
     (*server)->begin_drain();
+    if (http) http->begin_drain();
     scheduler.stop(Clock::now() + std::chrono::duration_cast<Clock::duration>(drain));
   });
   scheduler.serve();
   done.store(true);
   watcher.join();
   (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (http) http->shutdown(Clock::now() + std::chrono::seconds(5));
   parallel::set_abort_hook(nullptr);  // the scheduler goes out of scope
   std::fprintf(stderr, "ltm-worker: drained, exiting\n");
   return 0;

@@ -58,6 +58,8 @@ class Engine {
 
   // Seconds spent in communication on this rank (plan posting excluded), for benchmarks.
   double comm_seconds() const { return comm_seconds_; }
+  // Seconds this rank's stage spent in tensor-parallel all-reduces (Model::allreduce_seconds).
+  double allreduce_seconds() const { return model_.allreduce_seconds(); }
 
  private:
   StepOutput execute(const StepPlan& plan);

@@ -1,6 +1,7 @@
 #include "runtime/model/model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -210,7 +211,10 @@ void Model::upload_step(const StepInput& step) {
 }
 
 void Model::all_reduce(float* data, int64_t count) {
-  if (shard_.tp > 1) tp_comm_.all_reduce_sum(data, static_cast<size_t>(count));
+  if (shard_.tp <= 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  tp_comm_.all_reduce_sum(data, static_cast<size_t>(count));
+  allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {

@@ -72,6 +72,8 @@ class Model {
   // Bytes of weights this rank holds (device memory).
   uint64_t weight_bytes() const { return weight_bytes_; }
   Precision weight_precision() const { return weight_precision_; }
+  // Seconds this rank has spent in tensor-parallel all-reduces since load (0 with tp = 1).
+  double allreduce_seconds() const { return allreduce_seconds_; }
 
   // Runs the stage on `step`. First stage: embeds step.token_ids into `hidden` first; other
   // stages: `hidden` holds the previous stage's output. On return `hidden` ([n_tokens, d],
@@ -104,6 +106,7 @@ class Model {
   int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
   Precision weight_precision_ = Precision::kF32;
+  double allreduce_seconds_ = 0;
 
   DeviceBuffer wte_;          // [vocab_local, d] (alloc_embedding)  first and last stage
   DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only

@@ -31,7 +31,8 @@ struct EngineInfo {
   int64_t context_length = 0; // tokens per sequence (prompt + generated); 0: model.n_positions
   int32_t tp = 1;             // tensor-parallel ranks per stage
   int32_t pp = 1;             // pipeline stages
-  std::string dtype;          // weight/activation type as users know it: "fp32", "bf16", ...
+  std::string dtype = "f32";  // the weights' element type as loaded: "f32", "bf16", "fp16"
+  std::string kv_dtype = "f32";  // the KV cache's
   std::function<EngineStats()> stats;
 
   // The context the coordinator validates requests against.

@@ -26,6 +26,7 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 #include "runtime/serve/auth.h"
+#include "runtime/serve/front_door.h"
 #include "runtime/serve/request_validation.h"
 #include "runtime/serve/wire_precheck.h"
 #include "spdlog/spdlog.h"
@@ -120,6 +121,7 @@ struct State {
   PrecheckLimits generate_wire;            // raw-byte limits of GenerateRequest
   PrecheckLimits tokenize_wire;            // and of TokenizeRequest
   std::string api_key;                     // empty: no key needed
+  ServeMetrics* metrics = nullptr;         // requests by outcome, when set
   std::string id_prefix;                   // random, so ids differ across restarts
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> draining{false};
@@ -219,6 +221,12 @@ class GenerationCallCore {
     if (cancel_) cancel_->cancelled.store(true);
   }
   void call_done() { state_->active.fetch_sub(1); }
+  // Counts the call's outcome (once per call: just before its one Finish).
+  void record(const grpc::Status& status) {
+    if (state_->metrics)
+      state_->metrics->count_request(
+          FrontDoor::kGrpc, outcome_of(static_cast<absl::StatusCode>(status.error_code())));
+  }
   RequestSink& sink() { return *state_->sink; }
 
  private:
@@ -309,6 +317,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       std::lock_guard<std::mutex> lock(mu_);
       finished_ = true;
     }
+    core_.record(status);
     Finish(status);
   }
 
@@ -355,7 +364,10 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void perform(const Action& action) {
     if (action.write) StartWrite(&out_);  // `out_` is untouched until OnWriteDone
-    if (action.finish) Finish(action.status);
+    if (action.finish) {
+      core_.record(action.status);
+      Finish(action.status);
+    }
   }
 
   void unref() {
@@ -422,7 +434,10 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         }
       }
     }
-    if (finish) Finish(status);
+    if (finish) {
+      core_.record(status);
+      Finish(status);
+    }
     if (last) unref();
   }
 
@@ -432,6 +447,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       if (finished_) return;
       finished_ = true;
     }
+    core_.record(status);
     Finish(status);
   }
 
@@ -497,6 +513,7 @@ class Service final
     out->set_tp(info.tp);
     out->set_pp(info.pp);
     out->set_dtype(info.dtype);
+    out->set_kv_dtype(info.kv_dtype);
     if (info.stats) {
       const EngineStats stats = info.stats();
       out->set_kv_blocks_total(stats.kv_blocks_total);
@@ -560,19 +577,15 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
   auto state = std::make_shared<State>();
   state->sink = &sink;
   state->tokenizer = &tokenizer;
-  state->limits.context_length = info.max_context();
-  state->limits.vocab_size = info.model.vocab_size;
   state->api_key = options.api_key;
+  state->metrics = options.metrics;
 
-  // A prompt of more bytes than (context - 1) x the longest token cannot fit the context, so it is
-  // refused before it is tokenised; ids likewise by count.
-  int64_t max_token_bytes = 1;
-  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
-    if (tokenizer.valid_id(id))
-      max_token_bytes = std::max<int64_t>(max_token_bytes, tokenizer.token_bytes(id).size());
-  const int64_t max_prompt_tokens = info.max_context() - 1;
-  const int64_t max_prompt_bytes = max_prompt_tokens * max_token_bytes;
-  state->limits.max_prompt_bytes = max_prompt_bytes;
+  // Limits shared with the HTTP front door (runtime/serve/front_door.h).
+  const FrontDoorLimits door = front_door_limits(info, tokenizer);
+  state->limits = door.limits;
+  const int64_t max_token_bytes = door.max_token_bytes;
+  const int64_t max_prompt_tokens = door.max_prompt_tokens;
+  const int64_t max_prompt_bytes = door.limits.max_prompt_bytes;
   state->generate_wire.fields = {
       {v1::GenerateRequest::kPromptFieldNumber, -1, max_prompt_bytes, "bytes"},
       {v1::GenerateRequest::kPromptTokenIdsFieldNumber, max_prompt_tokens, -1, "ids"},

@@ -48,6 +48,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/serve/engine_info.h"
+#include "runtime/serve/metrics.h"
 #include "runtime/serve/request.h"
 #include "runtime/text/tokenizer.h"
 
@@ -78,6 +79,9 @@ struct GrpcServerOptions {
   std::string tls_client_ca_file;
   std::string api_key;                        // non-empty: "authorization: Bearer <key>" required
   bool reflection = false;                    // serve grpc.reflection (no API key check)
+  // Counts every Generate/GenerateStream call by outcome when set (runtime/serve/metrics.h);
+  // must outlive the server.
+  ServeMetrics* metrics = nullptr;
 };
 
 // The largest valid GenerateRequest in bytes for a model with this context and a tokenizer

@@ -20,7 +20,7 @@ struct Scheduler::Sequence {
   std::unique_ptr<StreamingDecoder> decoder;
   std::unique_ptr<StopMatcher> stop;
   bool prompt_logits_sent = false;
-  Clock::time_point t_submit, t_first_token;
+  Clock::time_point t_submit, t_first_token, t_last_token;
   bool finished = false;
   bool busy = false;  // in a plan that is still in flight
   // This step's share (filled while planning).
@@ -114,6 +114,10 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   if (seq->generated() > 0)
     ev.time_to_first_token_s =
         std::chrono::duration<double>(seq->t_first_token - seq->t_submit).count();
+  if (options_.metrics) {
+    options_.metrics->observe_request_latency(ev.total_time_s);
+    options_.metrics->add_prompt_tokens(seq->n_prompt);
+  }
   blocks_.release(seq->blocks);
   seq->blocks.clear();
   emit(seq, std::move(ev));
@@ -166,17 +170,23 @@ struct Scheduler::InFlightPlan {
 };
 
 bool Scheduler::step() {
+  const Clock::time_point t0 = Clock::now();
+  const double allreduce0 = engine_.allreduce_seconds();
   take_incoming();
   reap_cancelled();
   const bool submitted = submit_plan();
   const int in_flight = engine_.in_flight();
-  if (in_flight > 0 && (!submitted || in_flight >= options_.micro_batches ||
-                        in_flight_.back()->want_logits)) {
+  const bool collected = in_flight > 0 && (!submitted || in_flight >= options_.micro_batches ||
+                                           in_flight_.back()->want_logits);
+  if (collected) {
     StepOutput out = engine_.collect();
     std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
     in_flight_.pop_front();
     process_results(*plan, out);
   }
+  if (options_.metrics && (submitted || collected))
+    options_.metrics->observe_step(std::chrono::duration<double>(Clock::now() - t0).count(),
+                                   engine_.allreduce_seconds() - allreduce0);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.kv_blocks_free = blocks_.n_free();
   stats_.running = static_cast<int32_t>(running_.size());
@@ -333,7 +343,18 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
 }
 
 void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits) {
-  if (seq->generated() == 0) seq->t_first_token = Clock::now();
+  const Clock::time_point now = Clock::now();
+  if (seq->generated() == 0) seq->t_first_token = now;
+  if (options_.metrics) {
+    if (seq->generated() == 0)
+      options_.metrics->observe_time_to_first_token(
+          std::chrono::duration<double>(now - seq->t_submit).count());
+    else
+      options_.metrics->observe_inter_token_latency(
+          std::chrono::duration<double>(now - seq->t_last_token).count());
+    options_.metrics->add_generation_tokens(1);
+  }
+  seq->t_last_token = now;
   seq->tokens.push_back(sample.token);
   GenerationEvent ev;
   ev.token_ids.push_back(sample.token);

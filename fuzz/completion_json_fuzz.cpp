@@ -1,0 +1,48 @@
+// The HTTP front door's request parsing (runtime/serve/openai_api.h), as the server runs it on a
+// POST /v1/completions body: parse_completion with the real GPT-2 tokenizer. Whatever the bytes,
+// the answer is a 4xx error object naming what is wrong, or a request within the limits; and the
+// error object is valid JSON.
+#include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "runtime/serve/openai_api.h"
+#include "runtime/text/tokenizer.h"
+
+namespace {
+const ltm::Tokenizer& tokenizer() {
+  static const ltm::Tokenizer* t = [] {
+    absl::StatusOr<ltm::Tokenizer> loaded = ltm::Tokenizer::load(ltm::fuzz::gpt2_dir());
+    if (!loaded.ok()) std::abort();
+    return new ltm::Tokenizer(std::move(*loaded));
+  }();
+  return *t;
+}
+constexpr int64_t kContext = 256;
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const ltm::Tokenizer& tok = tokenizer();
+  ltm::CompletionContext ctx;
+  ctx.tokenizer = &tok;
+  ctx.limits.context_length = kContext;
+  ctx.limits.vocab_size = tok.vocab_size();
+  ctx.limits.max_prompt_bytes = (kContext - 1) * 128;
+  ctx.model_name = "gpt2";
+  ltm::ParsedCompletion out;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  if (std::optional<ltm::ApiError> e = ltm::parse_completion(body, ctx, &out)) {
+    if (e->http_status != 400 || e->message.empty()) std::abort();
+    if (!nlohmann::json::accept(ltm::error_json(*e))) std::abort();
+    return 0;
+  }
+  const ltm::GenerationRequest& r = out.request;
+  const int64_t n = static_cast<int64_t>(r.prompt_ids.size());
+  if (n < 1 || r.max_new_tokens < 1 || n + r.max_new_tokens > kContext) std::abort();
+  for (int32_t id : r.prompt_ids)
+    if (!tok.valid_id(id)) std::abort();
+  if (out.params.logprobs > ltm::kMaxLogprobs || r.stop.size() > ltm::kMaxStopStrings) std::abort();
+  return 0;
+}

@@ -1,0 +1,474 @@
+#include "runtime/serve/openai_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "ltm/v1/ltm.pb.h"
+
+namespace ltm {
+namespace {
+
+using json = nlohmann::ordered_json;  // responses keep OpenAI's field order
+
+ApiError bad(std::string message, std::string param = "", std::string code = "") {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Nesting depth of a JSON text (brackets outside strings), so that a body of a million '['s is
+// refused before the recursive parser sees it.
+int json_depth(std::string_view body) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+    else if (c == ']' || c == '}') --depth;
+  }
+  return max_depth;
+}
+
+const char* type_of(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+ApiError wrong_type(const std::string& field, const char* want, const json& v) {
+  return bad(absl::StrCat(field, " must be ", want, ", got ", type_of(v)), field);
+}
+
+// The value of `name`, or nullptr when it is absent or null (OpenAI treats null as unset).
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// An integer value in int64 range; nullopt for anything else (the caller names the problem).
+std::optional<int64_t> as_int(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_int(const json& j, const char* name, int64_t lo, int64_t hi,
+                                std::optional<int64_t>* out) {
+  const json* v = field(j, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
+  const std::optional<int64_t> i = as_int(*v);
+  if (!i || *i < lo || *i > hi)
+    return bad(absl::StrCat(name, " must be in [", lo, ", ", hi, "], got ", v->dump()), name);
+  *out = *i;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_number(const json& j, const char* name, std::optional<double>* out) {
+  const json* v = field(j, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return wrong_type(name, "a number", *v);
+  const double d = v->get<double>();
+  if (!std::isfinite(d)) return bad(absl::StrCat(name, " must be finite"), name);
+  *out = d;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& j, const char* name, bool* out) {
+  const json* v = field(j, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+// prompt: a string, a list of token ids, or a one-element list of either.
+std::optional<ApiError> get_prompt(const json& j, v1::GenerateRequest& p) {
+  const json* v = field(j, "prompt");
+  if (v == nullptr) return bad("prompt is missing: give a string or a list of token ids", "prompt");
+  const json* one = v;
+  if (v->is_array() && !v->empty() && ((*v)[0].is_string() || (*v)[0].is_array())) {
+    if (v->size() != 1)
+      return bad(absl::StrCat("prompt: only one prompt per request is served, got ", v->size(),
+                              "; send one request each"),
+                 "prompt");
+    one = &(*v)[0];
+  }
+  if (one->is_string()) {
+    p.set_prompt(one->get<std::string>());
+    return std::nullopt;
+  }
+  if (!one->is_array())
+    return wrong_type("prompt", "a string or a list of token ids", *one);
+  if (one->empty()) return bad("prompt is empty", "prompt");
+  for (size_t i = 0; i < one->size(); ++i) {
+    const json& id = (*one)[i];
+    if (!id.is_number_integer())
+      return bad(absl::StrCat("prompt[", i, "] must be a token id (an integer), got ",
+                              type_of(id)),
+                 "prompt");
+    const std::optional<int64_t> x = as_int(id);
+    if (!x || *x < 0 || *x > std::numeric_limits<int32_t>::max())
+      return bad(absl::StrCat("prompt[", i, "] = ", id.dump(), " is not in the vocabulary"),
+                 "prompt");
+    p.add_prompt_token_ids(static_cast<int32_t>(*x));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_stop(const json& j, v1::GenerateRequest& p) {
+  const json* v = field(j, "stop");
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) {
+    p.add_stop(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return wrong_type("stop", "a string or a list of strings", *v);
+  if (v->size() > static_cast<size_t>(kMaxStopStrings))
+    return bad(absl::StrCat("stop has ", v->size(), " strings; at most ", kMaxStopStrings,
+                            " are allowed"),
+               "stop");
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string())
+      return bad(absl::StrCat("stop[", i, "] must be a string, got ", type_of((*v)[i])), "stop");
+    p.add_stop((*v)[i].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// The API's name of a proto field at the start of a validation message.
+std::string api_message(const std::string& message) {
+  return absl::StrReplaceAll(message, {{"max_new_tokens", "max_tokens"},
+                                       {"prompt_token_ids", "prompt"}});
+}
+
+std::string leading_field(const std::string& message) {
+  size_t n = 0;
+  while (n < message.size() && (std::isalnum(static_cast<unsigned char>(message[n])) ||
+                                message[n] == '_'))
+    ++n;
+  static const char* kFields[] = {"prompt", "max_tokens", "temperature", "top_p", "top_k",
+                                  "stop", "seed", "repetition_penalty", "request_id", "logprobs"};
+  const std::string f = message.substr(0, n);
+  for (const char* k : kFields)
+    if (f == k) return f;
+  return "";
+}
+
+}  // namespace
+
+std::string error_json(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return dump(json{{"error", err}});
+}
+
+ApiError api_error(const absl::Status& status) {
+  ApiError e;
+  e.message = api_message(std::string(status.message()));
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      e.http_status = 400;
+      e.param = leading_field(e.message);
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "service_unavailable";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e.http_status = 401;
+      e.type = "authentication_error";
+      e.code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http_status = 408;
+      e.type = "timeout";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+std::optional<ApiError> parse_completion(std::string_view body, const CompletionContext& ctx,
+                                         ParsedCompletion* out) {
+  if (json_depth(body) > kMaxJsonDepth)
+    return bad(absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    return bad(absl::StrCat("the body is not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return bad(absl::StrCat("the body must be a JSON object, got ", type_of(j)));
+
+  CompletionParams params;
+  params.model = ctx.model_name;
+  if (const json* m = field(j, "model")) {
+    if (!m->is_string()) return wrong_type("model", "a string", *m);
+    if (m->get<std::string>() != ctx.model_name)
+      return bad(absl::StrCat("model ", m->dump(), " is not served here; this server serves \"",
+                              ctx.model_name, "\" (GET /v1/models)"),
+                 "model", "model_not_found");
+  }
+
+  v1::GenerateRequest p;
+  if (auto e = get_prompt(j, p)) return e;
+
+  std::optional<int64_t> i;
+  if (auto e = get_int(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &i)) return e;
+  if (i) p.set_max_new_tokens(static_cast<int32_t>(*i));
+  i.reset();
+  if (auto e = get_int(j, "top_k", -1, std::numeric_limits<int32_t>::max(), &i)) return e;
+  if (i && *i > 0) p.set_top_k(static_cast<int32_t>(*i));
+  i.reset();
+  if (auto e = get_int(j, "n", 1, 1, &i)) {
+    e->message = absl::StrCat("n: only n = 1 is served (one completion per request); ",
+                              e->message);
+    return e;
+  }
+  i.reset();
+  if (auto e = get_int(j, "best_of", 1, 1, &i)) {
+    e->message = absl::StrCat("best_of: only best_of = 1 is served; ", e->message);
+    return e;
+  }
+  i.reset();
+  if (const json* s = field(j, "seed")) {
+    if (!s->is_number_integer()) return wrong_type("seed", "an integer", *s);
+    p.set_seed(s->is_number_unsigned() ? s->get<uint64_t>()
+                                       : static_cast<uint64_t>(s->get<int64_t>()));
+  }
+  i.reset();
+  if (auto e = get_int(j, "logprobs", 0, kMaxLogprobs, &i)) return e;
+  if (i) params.logprobs = static_cast<int32_t>(*i);
+
+  std::optional<double> d;
+  if (auto e = get_number(j, "temperature", &d)) return e;
+  if (d) {
+    if (*d < 0) return bad(absl::StrFormat("temperature must be >= 0 (0 = greedy), got %g", *d),
+                           "temperature");
+    p.set_temperature(static_cast<float>(*d));
+  }
+  d.reset();
+  if (auto e = get_number(j, "top_p", &d)) return e;
+  if (d) {
+    if (!(*d > 0 && *d <= 1))
+      return bad(absl::StrFormat("top_p must be in (0, 1], got %g", *d), "top_p");
+    p.set_top_p(static_cast<float>(*d));
+  }
+  d.reset();
+  if (auto e = get_number(j, "repetition_penalty", &d)) return e;
+  if (d) p.set_repetition_penalty(static_cast<float>(*d));
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    d.reset();
+    if (auto e = get_number(j, name, &d)) return e;
+    if (d && (*d < -2 || *d > 2))
+      return bad(absl::StrFormat("%s must be in [-2, 2], got %g", name, *d), name);
+    if (d && *d != 0)
+      return bad(absl::StrFormat("%s is not supported by this server (only 0); "
+                                 "repetition_penalty (> 0, 1 = off) is",
+                                 name),
+                 name, "unsupported_parameter");
+  }
+
+  if (auto e = get_stop(j, p)) return e;
+  if (auto e = get_bool(j, "stream", &params.stream)) return e;
+  if (auto e = get_bool(j, "echo", &params.echo)) return e;
+  bool ignore_eos = false;
+  if (auto e = get_bool(j, "ignore_eos", &ignore_eos)) return e;
+  p.set_ignore_eos(ignore_eos);
+  if (const json* so = field(j, "stream_options")) {
+    if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+    if (!params.stream)
+      return bad("stream_options is only allowed with stream: true", "stream_options");
+    if (auto e = get_bool(*so, "include_usage", &params.include_usage)) {
+      e->param = "stream_options";
+      return e;
+    }
+  }
+  if (const json* u = field(j, "user")) {
+    if (!u->is_string()) return wrong_type("user", "a string", *u);
+    params.user = u->get<std::string>().substr(0, 256);
+  }
+  if (const json* lb = field(j, "logit_bias")) {
+    if (!lb->is_object()) return wrong_type("logit_bias", "an object", *lb);
+    if (!lb->empty())
+      return bad("logit_bias is not supported by this server", "logit_bias",
+                 "unsupported_parameter");
+  }
+  if (const json* sfx = field(j, "suffix")) {
+    if (!sfx->is_string()) return wrong_type("suffix", "a string", *sfx);
+    if (!sfx->get<std::string>().empty())
+      return bad("suffix is not supported by this server", "suffix", "unsupported_parameter");
+  }
+
+  absl::StatusOr<GenerationRequest> r = make_generation_request(p, *ctx.tokenizer, ctx.limits);
+  if (!r.ok()) return api_error(r.status());
+  if (params.logprobs >= 0) {
+    r->return_full_logits = true;  // the alternatives are computed from each token's row
+    if (params.echo) r->return_prompt_logits = true;
+  }
+  if (params.echo)
+    params.prompt_text = p.has_prompt() ? p.prompt() : ctx.tokenizer->decode(r->prompt_ids);
+  out->request = std::move(*r);
+  out->params = std::move(params);
+  return std::nullopt;
+}
+
+TokenLogprob reduce_logits(std::span<const float> row, int32_t token, int n_top) {
+  TokenLogprob out;
+  out.token = token;
+  float max = -std::numeric_limits<float>::infinity();
+  for (float v : row) max = std::max(max, v);
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v) - max);
+  const double log_z = max + std::log(sum);
+  if (token >= 0 && static_cast<size_t>(token) < row.size())
+    out.logprob = static_cast<float>(row[token] - log_z);
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(n_top, 0)), row.size());
+  if (k > 0) {
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i)
+      out.top.emplace_back(ids[i], static_cast<float>(row[ids[i]] - log_z));
+  }
+  return out;
+}
+
+const char* openai_finish_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop:
+    case FinishReason::kEos: return "stop";
+    default: return nullptr;
+  }
+}
+
+CompletionBuilder::CompletionBuilder(const Tokenizer& tokenizer, CompletionParams params,
+                                     std::string id, int64_t created)
+    : tokenizer_(tokenizer), params_(std::move(params)), id_(std::move(id)), created_(created) {}
+
+std::string CompletionBuilder::token_string(int32_t id) const {
+  if (!tokenizer_.valid_id(id)) return absl::StrCat("<", id, ">");
+  const std::string bytes = tokenizer_.token_bytes(id);
+  if (is_valid_utf8(bytes)) return bytes;
+  std::string out = "bytes:";
+  for (unsigned char c : bytes) absl::StrAppendFormat(&out, "\\x%02x", c);
+  return out;
+}
+
+std::string CompletionBuilder::logprobs_json(const std::vector<TokenLogprob>& lps) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string s = token_string(t.token);
+    tokens.push_back(s);
+    offsets.push_back(text_offset_);
+    text_offset_ += tokenizer_.valid_id(t.token)
+                        ? static_cast<int64_t>(tokenizer_.token_bytes(t.token).size())
+                        : 0;
+    if (!t.has_logprob) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const auto& [alt, lp] : t.top) alternatives[token_string(alt)] = lp;
+    top.push_back(std::move(alternatives));
+  }
+  return dump(json{{"tokens", tokens},
+                   {"token_logprobs", token_logprobs},
+                   {"top_logprobs", top},
+                   {"text_offset", offsets}});
+}
+
+std::string CompletionBuilder::full_json(const std::string& text,
+                                         const std::vector<TokenLogprob>& logprobs,
+                                         FinishReason finish, int32_t prompt_tokens,
+                                         int32_t completion_tokens) {
+  json choice = {{"text", params_.echo ? params_.prompt_text + text : text}, {"index", 0}};
+  choice["logprobs"] =
+      params_.logprobs >= 0 ? json::parse(logprobs_json(logprobs)) : json(nullptr);
+  const char* fr = openai_finish_reason(finish);
+  choice["finish_reason"] = fr ? json(fr) : json(nullptr);
+  json out = {{"id", id_},
+              {"object", "text_completion"},
+              {"created", created_},
+              {"model", params_.model},
+              {"choices", json::array({choice})},
+              {"usage",
+               {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return dump(out);
+}
+
+std::string CompletionBuilder::chunk_json(const std::string& text,
+                                          const std::vector<TokenLogprob>& logprobs,
+                                          FinishReason finish) {
+  json choice = {{"text", text}, {"index", 0}};
+  choice["logprobs"] =
+      params_.logprobs >= 0 ? json::parse(logprobs_json(logprobs)) : json(nullptr);
+  const char* fr = openai_finish_reason(finish);
+  choice["finish_reason"] = fr ? json(fr) : json(nullptr);
+  json out = {{"id", id_},
+              {"object", "text_completion"},
+              {"created", created_},
+              {"model", params_.model},
+              {"choices", json::array({choice})}};
+  return dump(out);
+}
+
+std::string CompletionBuilder::usage_chunk_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  json out = {{"id", id_},
+              {"object", "text_completion"},
+              {"created", created_},
+              {"model", params_.model},
+              {"choices", json::array()},
+              {"usage",
+               {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return dump(out);
+}
+
+}  // namespace ltm

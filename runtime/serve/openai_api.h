@@ -1,0 +1,126 @@
+// The OpenAI completions API (POST /v1/completions) on top of the engine's requests: parsing and
+// validating the JSON body, error objects, and the response bodies (whole, or as server-sent
+// event chunks). Pure functions and a per-request builder; no sockets (runtime/serve/http_server.h
+// does the HTTP).
+//
+// Request fields (https://platform.openai.com/docs/api-reference/completions):
+//   model            string, optional; must be the served model's name when given
+//   prompt           string, list of token ids, or a list of exactly one of either
+//   max_tokens       integer >= 1 (default 16); prompt + max_tokens must fit the context
+//   temperature      number >= 0 (default 1; 0 = greedy)
+//   top_p            number in (0, 1] (default 1); top_k integer >= 0, or -1 for off (default off)
+//   n, best_of       1 only
+//   stop             string or list of at most 16 non-empty strings
+//   seed             integer (default: random)
+//   stream           boolean; stream_options.include_usage adds a final usage-only chunk
+//   logprobs         integer in [0, 20]: the chosen token's logprob and the top-N alternatives
+//                    (log-softmax of the model's logits, before temperature), per token
+//   echo             boolean: the prompt is prepended to the text (with its logprobs when asked;
+//                    the first prompt token has none)
+//   presence_penalty, frequency_penalty   number in [-2, 2]; only 0 is served (else 400: not
+//                    supported; repetition_penalty, a number > 0, is the penalty ltm has)
+//   user             string, recorded in the log only
+//   ignore_eos       boolean (an extension, as vLLM has it)
+//   logit_bias (empty only), suffix (null only); other fields are ignored.
+// Every refusal is an ApiError naming the field in `param` (OpenAI's error object).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/serve/request.h"
+#include "runtime/serve/request_validation.h"
+#include "runtime/text/tokenizer.h"
+
+namespace ltm {
+
+inline constexpr int kMaxLogprobs = 20;
+inline constexpr int kMaxJsonDepth = 32;  // deeper bodies are refused before they are parsed
+
+// OpenAI's error object: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  // the field at fault; empty: null
+  std::string code;   // e.g. "model_not_found"; empty: null
+};
+std::string error_json(const ApiError& e);
+// An error of the engine or the validation (absl::Status) as the API reports it: the proto's
+// field names become the API's (max_new_tokens -> max_tokens, prompt_token_ids -> prompt),
+// param is the field the message starts with; InvalidArgument -> 400, ResourceExhausted -> 429,
+// Unavailable -> 503, Unauthenticated -> 401, anything else -> 500.
+ApiError api_error(const absl::Status& status);
+
+struct CompletionContext {
+  const Tokenizer* tokenizer = nullptr;
+  RequestLimits limits;
+  std::string model_name;
+};
+
+struct CompletionParams {
+  std::string model;  // the served model's name (echoed in every response)
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  int32_t logprobs = -1;  // -1: none; else alternatives per token
+  std::string user;
+  std::string prompt_text;  // echo: the prompt as given (or decoded from its ids)
+};
+
+struct ParsedCompletion {
+  GenerationRequest request;  // validated (make_generation_request); request_id left empty
+  CompletionParams params;
+};
+
+// Parses and validates a request body. On failure returns the error (nothing else is set).
+std::optional<ApiError> parse_completion(std::string_view body, const CompletionContext& ctx,
+                                         ParsedCompletion* out);
+
+// One token's logprob and its top alternatives, from a row of logits over the vocabulary.
+struct TokenLogprob {
+  int32_t token = -1;
+  bool has_logprob = true;  // false: the first prompt token (nothing predicts it)
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // best first, ties by id
+};
+TokenLogprob reduce_logits(std::span<const float> row, int32_t token, int n_top);
+
+const char* openai_finish_reason(FinishReason r);  // "stop" | "length" | nullptr
+
+// Builds the bodies of one completion. Not thread-safe (one per request).
+class CompletionBuilder {
+ public:
+  CompletionBuilder(const Tokenizer& tokenizer, CompletionParams params, std::string id,
+                    int64_t created);
+
+  // A non-streamed response: everything at once.
+  std::string full_json(const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                        FinishReason finish, int32_t prompt_tokens,
+                        int32_t completion_tokens);
+  // One streamed chunk's JSON (the caller writes "data: " + it + "\n\n"); finish kNone: null.
+  std::string chunk_json(const std::string& text, const std::vector<TokenLogprob>& logprobs,
+                         FinishReason finish);
+  // stream_options.include_usage: the last chunk, with no choices and the usage.
+  std::string usage_chunk_json(int32_t prompt_tokens, int32_t completion_tokens);
+
+  // The token as text for `tokens` / `top_logprobs` keys: its bytes when they are valid UTF-8,
+  // else "bytes:\xNN..." (as OpenAI writes partial characters).
+  std::string token_string(int32_t id) const;
+
+ private:
+  std::string logprobs_json(const std::vector<TokenLogprob>& lps);
+  const Tokenizer& tokenizer_;
+  CompletionParams params_;
+  std::string id_;
+  int64_t created_;
+  int64_t text_offset_ = 0;  // bytes of text given out so far (text_offset of the next token)
+};
+
+}  // namespace ltm
