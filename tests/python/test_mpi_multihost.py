@@ -111,3 +111,189 @@ def test_tp_inside_hosts_pp_across_them_matches_one_rank(model, tmp_path):
 
 
 # ---- item 5: failures ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def serve_model(tmp_path_factory):
+    """Random weights with GPT-2's vocabulary, a 1024-token context for long streams."""
+    assert GPT2_DIR, "run through ctest (LTM_GPT2_DIR; scripts/setup fetches the vocab)"
+    path = str(tmp_path_factory.mktemp("multihost") / "serve")
+    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=31, n_positions=1024,
+                    n_embd=64, n_layer=4, n_head=4)
+    return path
+
+
+def _rank_pids(hosts) -> Dict[int, Tuple[str, int]]:
+    """{world rank: (host name, pid)} of the ltm-worker processes in the hosts."""
+    found = {}
+    for h in hosts:
+        for pid in h.pids():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"ltm-worker" not in f.read().split(b"\0")[0]:
+                        continue
+            except OSError:
+                continue
+            for kv in env:
+                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    found[int(kv.split(b"=", 1)[1])] = (h.name, pid)
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+class _Lines:
+    """Lines of a pipe, read by a thread; next(timeout) gives one, or None after timeout."""
+
+    def __init__(self, pipe):
+        self.q: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.all: List[str] = []
+        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+
+    def _read(self, pipe):
+        for line in pipe:
+            self.q.put(line)
+        self.q.put(None)
+
+    def next(self, timeout: float) -> Optional[dict]:
+        try:
+            line = self.q.get(timeout=max(timeout, 0.01))
+        except queue.Empty:
+            return None
+        if line is None:
+            return {"event": "eof"}
+        self.all.append(line)
+        return json.loads(line)
+
+
+# Each failure: what ends it, and the bound (seconds from the failure) within which every call has
+# ended and every process on h0 (mpirun, the coordinator, its TP peer) has exited. With the settings
+# above: a killed rank is seen by its orted at once; a cut link or a partition by the out-of-band
+# keepalive (2 + 3 x 1 s) or the collective watchdog (6 s), whichever comes first; a frozen host
+# only by the watchdog (6 s), after which h0's ranks are gone within MPI_Abort's 5 s grace and
+# mpirun, waiting for h1's frozen daemon, is killed by ltm-mpirun 10 s (+ 1 s poll) later.
+BOUNDS_S = {
+    "kill-rank": 5.0,
+    "cut-link": 2 + 3 * 1 + 3.0,
+    "partition": 2 + 3 * 1 + 3.0,
+    "freeze": COLLECTIVE_TIMEOUT_S + 5 + 10 + 2.0,
+}
+# What the group's output must say was lost (the host, and the rank where the failure has one).
+LOST_MESSAGE = {
+    "kill-rank": ["process rank 2 with PID", "on node h1 exited on signal 9"],
+    "cut-link": ["ORTE has lost communication with a remote daemon", "on node h1"],
+    "partition": ["ORTE has lost communication with a remote daemon", "on node h1"],
+    "freeze": ["aborting the group (peer: rank 2 on h1)",
+               "ltm-mpirun: every rank on h0 has ended"],
+}
+# After the failure is undone (link up, partition healed, SIGCONT), h1 must be empty within this.
+CLEANUP_BOUND_S = 5.0
+MARGIN = 2  # the asserted limit is MARGIN x the bound: a hang guard, not a speed test
+
+
+@pytest.mark.parametrize("failure", list(BOUNDS_S))
+def test_a_failure_ends_everything_within_its_bound(serve_model, tmp_path, failure):
+    bound = BOUNDS_S[failure]
+    with netns.Hosts(3) as hosts:
+        h0, h1, h2 = hosts
+        mca = [x for k, v in OOB_KEEPALIVE.items() for x in ("--mca", k, str(v))]
+        cmd = [LAUNCHER, *hosts.mpirun_args(slots=2, hosts=[h0, h1]), *mca,
+               "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1", "-n", "4",
+               WORKER, "--model", serve_model, "--tp", "2", "--pp", "2",
+               "--listen", f"{h0.addr}:50051", "--threads", "1", "--kv-memory-mb", "64",
+               "--collective-timeout", str(COLLECTIVE_TIMEOUT_S), "--keepalive-s", str(KEEPALIVE_S)]
+        log_path = tmp_path / "group.log"
+        with open(log_path, "wb") as log:
+            group = h0.popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             env=_env())
+        # The client runs on a third host, which no failure touches.
+        probe = h2.popen([sys.executable, PROBE, "--server", "h0:50051", "--streams", "4",
+                          "--max-new-tokens", "900"], stdout=subprocess.PIPE, text=True,
+                         env=_env())
+        lines = _Lines(probe.stdout)
+        ev = lines.next(180)
+        assert ev and ev["event"] == "ready", (ev, log_path.read_text()[-3000:])
+        ev = lines.next(60)
+        assert ev and ev["event"] == "streaming", (ev, log_path.read_text()[-3000:])
+        ranks = _rank_pids(hosts)
+        assert sorted(ranks) == [0, 1, 2, 3] and [ranks[r][0] for r in range(4)] == \
+            ["h0", "h0", "h1", "h1"], ranks
+        time.sleep(1.0)
+        assert group.poll() is None and probe.poll() is None, log_path.read_text()[-3000:]
+
+        t0 = time.monotonic()
+        if failure == "kill-rank":
+            os.kill(ranks[2][1], signal.SIGKILL)
+        elif failure == "cut-link":
+            h1.cut_link()
+        elif failure == "partition":
+            hosts.partition([h0, h2], [h1])
+        elif failure == "freeze":
+            assert ranks[2][1] in h1.freeze()
+
+        calls: Dict[int, tuple] = {}
+        ended: Dict[str, float] = {}   # rank / mpirun -> seconds after the failure
+        clean: Dict[str, float] = {}   # host -> seconds after the failure when it had no process
+        watched = {f"rank {r}": pid for r, (_, pid) in ranks.items()}
+
+        def poll(now):
+            for name, pid in watched.items():
+                if name not in ended and _gone(pid):
+                    ended[name] = now
+            if "mpirun" not in ended and group.poll() is not None:
+                ended["mpirun"] = now
+            for h in (h0, h1):
+                if h.name not in clean and not h.pids():
+                    clean[h.name] = now
+
+        guard = MARGIN * bound + 10  # how long we wait at most before calling it a hang
+        while time.monotonic() - t0 < guard:
+            ev = lines.next(0.05)
+            now = time.monotonic() - t0
+            if ev and ev["event"] == "end":
+                calls[ev["stream"]] = (ev["code"], round(now, 2), ev["details"])
+            poll(now)
+            if len(calls) == 4 and "h0" in clean and (failure == "freeze" or "h1" in clean):
+                break
+        t_undo = time.monotonic() - t0
+        if failure == "cut-link":
+            h1.restore_link()
+        elif failure == "partition":
+            hosts.heal()
+        elif failure == "freeze":
+            h1.thaw()
+        while time.monotonic() - t0 < t_undo + MARGIN * CLEANUP_BOUND_S + 10:
+            poll(time.monotonic() - t0)
+            if "h0" in clean and "h1" in clean:
+                break
+            time.sleep(0.1)
+        left = hosts.leftovers()
+        code = group.poll()
+        log = log_path.read_text(errors="replace")
+        print(f"\n{failure} (bound {bound:.0f} s): calls ended at "
+              f"{sorted(c[1] for c in calls.values())} s with {sorted({c[0] for c in calls.values()})}; "
+              f"exits {dict(sorted(ended.items()))}; hosts empty at {clean} (failure undone at "
+              f"{t_undo:.1f} s); ltm-mpirun exit {code}; left {left}\n"
+              f"details: {sorted({c[2] for c in calls.values()})}\n--- log tail ---\n{log[-2500:]}")
+
+    assert left == {}, "processes left behind"
+    assert code not in (None, 0), "the group did not exit non-zero"
+    assert sorted(calls) == [0, 1, 2, 3], "a call did not end"
+    assert all(c[0] == "UNAVAILABLE" for c in calls.values()), calls
+    for text in LOST_MESSAGE[failure]:
+        assert text in log, (text, log[-3000:])
+    # Hang guards: within MARGIN x the stated bound.
+    assert max(c[1] for c in calls.values()) < MARGIN * bound, calls
+    assert clean.get("h0", 1e9) < MARGIN * bound, clean
+    assert all(ended.get(n, 1e9) < MARGIN * bound for n in ("rank 0", "rank 1", "mpirun")), ended
+    if failure == "kill-rank":
+        assert clean.get("h1", 1e9) < MARGIN * bound, clean
+    else:  # h1 may have to wait until it can hear again (a frozen host cannot do anything)
+        assert clean.get("h1", 1e9) < t_undo + MARGIN * CLEANUP_BOUND_S, (clean, t_undo)
