@@ -114,10 +114,11 @@ def test_tp_inside_hosts_pp_across_them_matches_one_rank(model, tmp_path):
 
 @pytest.fixture(scope="module")
 def serve_model(tmp_path_factory):
-    """Random weights with GPT-2's vocabulary, a 1024-token context for long streams."""
+    """Random weights with GPT-2's vocabulary, a 4096-token context: streams that run for tens of
+    seconds across the hosts, so that they are surely in flight when the failure comes."""
     assert GPT2_DIR, "run through ctest (LTM_GPT2_DIR; scripts/setup fetches the vocab)"
     path = str(tmp_path_factory.mktemp("multihost") / "serve")
-    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=31, n_positions=1024,
+    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=31, n_positions=4096,
                     n_embd=64, n_layer=4, n_head=4)
     return path
 
@@ -216,7 +217,7 @@ def test_a_failure_ends_everything_within_its_bound(serve_model, tmp_path, failu
                              env=_env())
         # The client runs on a third host, which no failure touches.
         probe = h2.popen([sys.executable, PROBE, "--server", "h0:50051", "--streams", "4",
-                          "--max-new-tokens", "900"], stdout=subprocess.PIPE, text=True,
+                          "--max-new-tokens", "4000"], stdout=subprocess.PIPE, text=True,
                          env=_env())
         lines = _Lines(probe.stdout)
         ev = lines.next(180)
@@ -228,6 +229,7 @@ def test_a_failure_ends_everything_within_its_bound(serve_model, tmp_path, failu
             ["h0", "h0", "h1", "h1"], ranks
         time.sleep(1.0)
         assert group.poll() is None and probe.poll() is None, log_path.read_text()[-3000:]
+        assert lines.q.empty(), "a stream ended before the failure: the test would cover nothing"
 
         t0 = time.monotonic()
         if failure == "kill-rank":

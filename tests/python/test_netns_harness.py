@@ -41,11 +41,11 @@ def test_hosts_have_their_own_names_addresses_and_network():
             assert got == ["10.77.0.1", "h0", "10.77.0.2", "h1", "10.77.0.3", "h2"]
             addrs = h.run(["ip", "-o", "-4", "addr"]).stdout
             assert f"{h.addr}/24" in addrs and addrs.count("inet ") == 2  # lo and eth0 only
-        server = hosts[2].popen(["python3", "-c", SERVE], stdout=subprocess.PIPE, text=True)
+        server = hosts[2].popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "listening"
 
         def reach(src, dst):
-            return src.run(["python3", "-c", CONNECT, dst.name]).stdout.strip()
+            return src.run([sys.executable, "-c", CONNECT, dst.name]).stdout.strip()
 
         assert reach(hosts[0], hosts[2]) == "ok"
         assert reach(hosts[1], hosts[2]) == "ok"
@@ -67,6 +67,14 @@ def test_hosts_have_their_own_names_addresses_and_network():
         hosts[2].thaw()
         assert reach(hosts[0], hosts[2]) == "ok"
         assert [p for p, _ in hosts[2].processes()] == [server.pid]
+        # A bind mount inside one host is seen there only.
+        os.makedirs(os.path.join(hosts.dir, "spool1"))
+        open(os.path.join(hosts.dir, "spool1", "mine"), "w").close()
+        os.makedirs(os.path.join(hosts.dir, "spool"))
+        hosts[1].bind(os.path.join(hosts.dir, "spool1"), os.path.join(hosts.dir, "spool"))
+        assert hosts[1].run(["ls", os.path.join(hosts.dir, "spool")]).stdout.split() == ["mine"]
+        assert hosts[0].run(["ls", os.path.join(hosts.dir, "spool")]).stdout.split() == []
+        assert os.listdir(os.path.join(hosts.dir, "spool")) == []
         orphan = hosts[1].run(["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"])
         orphan_pid = int(orphan.stdout)
         assert orphan_pid in hosts[1].pids()

@@ -13,6 +13,7 @@
         hosts.partition([h0], [h1]); hosts.heal()
         h1.freeze(); h1.thaw()            # SIGSTOP/SIGCONT of every process in h1
         h1.processes()                    # [(pid, cmdline)] still running in h1
+        h1.bind("/tmp/x/h1-spool", "/var/spool/slurmd")   # a mount seen only inside h1
     # on leaving (also on an exception, Ctrl-C or SIGTERM): every process in every host is
     # killed, the namespaces are deleted and the run folder removed.
 
@@ -192,6 +193,12 @@ class Host:
             raise AssertionError(f"[{self.name}] {' '.join(map(str, args))} exited "
                                  f"{p.returncode}\n{p.stdout}\n{p.stderr}")
         return p
+
+    def bind(self, src: str, dst: str) -> None:
+        """Bind-mounts src on dst inside this host only (e.g. a per-host spool folder on a path
+        every host's daemon expects); undone when the host goes."""
+        assert self.holder is not None, "host not started"
+        _sh(["nsenter", "-t", str(self.holder.pid), "-m", "mount", "--bind", src, dst])
 
     # -- what runs there -------------------------------------------------------------------
 
