@@ -99,7 +99,7 @@ def test_tp_inside_hosts_pp_across_them_matches_one_rank(model, tmp_path):
                    env=_env(), timeout=300, check=False)
         crossed = _link_bytes(h1) - before
         assert p.returncode == 0, p.stdout + p.stderr
-        assert hosts.leftovers() == {}
+        assert hosts.wait_empty(10) == {}
     got = parse(p.stdout)
     diff = np.abs(np.load(tmp_path / "4.npy") - np.load(tmp_path / "one.npy")).max()
     print(f"2 hosts, tp 2 x pp 2: {crossed} bytes over h1's link, max |logits - 1 rank| = {diff:.3g}, "
@@ -277,7 +277,11 @@ def test_a_failure_ends_everything_within_its_bound(serve_model, tmp_path, failu
             if "h0" in clean and "h1" in clean:
                 break
             time.sleep(0.1)
-        left = hosts.leftovers()
+        try:  # the client on h2 exits once its calls have ended
+            probe.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        left = hosts.wait_empty(10)
         code = group.poll()
         log = log_path.read_text(errors="replace")
         print(f"\n{failure} (bound {bound:.0f} s): calls ended at "

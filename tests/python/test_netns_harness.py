@@ -92,7 +92,7 @@ def test_mpirun_across_hosts_through_the_rsh_agent():
         p = hosts[0].run(["mpirun", *hosts.mpirun_args(slots=2), "-n", "4", "sh", "-c",
                           "echo $OMPI_COMM_WORLD_RANK $(hostname)"], timeout=120)
         assert sorted(p.stdout.split("\n")[:-1]) == ["0 h0", "1 h0", "2 h1", "3 h1"], p.stdout
-        assert hosts.leftovers() == {}
+        assert hosts.wait_empty(10) == {}
 
 
 def test_cleanup_on_an_exception_and_of_a_killed_creator():

@@ -13,6 +13,7 @@
         hosts.partition([h0], [h1]); hosts.heal()
         h1.freeze(); h1.thaw()            # SIGSTOP/SIGCONT of every process in h1
         h1.processes()                    # [(pid, cmdline)] still running in h1
+        hosts.wait_empty(10)              # {} once no host has a process left (bounded wait)
         h1.bind("/tmp/x/h1-spool", "/var/spool/slurmd")   # a mount seen only inside h1
     # on leaving (also on an exception, Ctrl-C or SIGTERM): every process in every host is
     # killed, the namespaces are deleted and the run folder removed.
@@ -458,6 +459,17 @@ class Hosts:
     def leftovers(self) -> Dict[str, List[Tuple[int, str]]]:
         """{host name: processes} for every host that still has a process running."""
         return {h.name: procs for h in self.hosts if (procs := h.processes())}
+
+    def wait_empty(self, timeout: float = 10.0) -> Dict[str, List[Tuple[int, str]]]:
+        """Polls until no host has a process (a process that has just exited may stay a zombie
+        for a moment, until its parent or init reaps it), at most `timeout` seconds; returns
+        leftovers() at the end: {} when every host is empty."""
+        end = time.monotonic() + timeout
+        while True:
+            left = self.leftovers()
+            if not left or time.monotonic() > end:
+                return left
+            time.sleep(0.1)
 
 
 def _raise_on_term(signum, frame):
