@@ -25,6 +25,17 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, WatchdogOption
   LTM_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "Comm_set_errhandler", this->name());
   LTM_MPI(MPI_Comm_rank(comm_, &rank_), "Comm_rank", this->name());
   LTM_MPI(MPI_Comm_size(comm_, &size_), "Comm_size", this->name());
+  // The world rank of each member, so that a timeout names the peer's host (rank_hosts.h).
+  MPI_Group group, world_group;
+  LTM_MPI(MPI_Comm_group(comm_, &group), "Comm_group", this->name());
+  LTM_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "Comm_group", "world");
+  std::vector<int> ranks(size_), world_ranks(size_);
+  for (int r = 0; r < size_; ++r) ranks[r] = r;
+  LTM_MPI(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group, world_ranks.data()),
+          "Group_translate_ranks", this->name());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  watchdog_.set_members(std::move(world_ranks));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -125,7 +136,7 @@ void MpiCommunicator::send(const void* data, size_t bytes, int dst, int tag) {
     const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
     MPI_Request request;
     LTM_MPI(MPI_Isend(buffer + offset, n, MPI_BYTE, dst, tag, comm_, &request), op, name());
-    watchdog_.wait(&request, op, bytes, deadline);
+    watchdog_.wait(&request, op, bytes, deadline, dst);
     offset += n;
   } while (offset < bytes);
 }
@@ -135,6 +146,7 @@ void MpiCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
   reap_posted();
   Posted p;
   p.op = absl::StrCat("post(dst=", dst, ",tag=", tag, ")");
+  p.peer = dst;
   p.deadline = watchdog_.deadline();
   p.data.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
   size_t offset = 0;
@@ -163,7 +175,8 @@ void MpiCommunicator::reap_posted() {
     }
     if (it->deadline.expired(now))
       abort_group(kExitCollectiveTimeout,
-                  watchdog_.timeout_message(it->op, it->data.size(), it->deadline.seconds()));
+                  watchdog_.timeout_message(it->op, it->data.size(), it->deadline.seconds(),
+                                            it->peer));
     ++it;
   }
 }
@@ -171,7 +184,8 @@ void MpiCommunicator::reap_posted() {
 void MpiCommunicator::flush() {
   for (Posted& p : posted_)
     for (MPI_Request& request : p.requests)
-      if (request != MPI_REQUEST_NULL) watchdog_.wait(&request, p.op, p.data.size(), p.deadline);
+      if (request != MPI_REQUEST_NULL)
+        watchdog_.wait(&request, p.op, p.data.size(), p.deadline, p.peer);
   posted_.clear();
 }
 
@@ -196,7 +210,7 @@ void MpiCommunicator::recv_impl(void* data, size_t bytes, int src, int tag, Dead
     const int n = static_cast<int>(std::min(max_chunk_bytes_, bytes - offset));
     MPI_Request request;
     LTM_MPI(MPI_Irecv(buffer + offset, n, MPI_BYTE, src, tag, comm_, &request), op, name());
-    MPI_Status status = watchdog_.wait(&request, op, bytes, deadline);
+    MPI_Status status = watchdog_.wait(&request, op, bytes, deadline, src);
     int got = 0;
     LTM_MPI(MPI_Get_count(&status, MPI_BYTE, &got), op, name());
     // A longer message fails in MPI_Test (MPI_ERR_TRUNCATE); a shorter one is a sender's bug.

@@ -83,6 +83,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<char> data;
     std::vector<MPI_Request> requests;  // one per piece
     std::string op;
+    int peer = -1;
     Deadline deadline = Deadline::never();
   };
   std::deque<Posted> posted_;

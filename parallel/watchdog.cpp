@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/group_abort.h"
 #include "parallel/mpi_call.h"
+#include "parallel/rank_hosts.h"
 
 namespace ltm::parallel {
 namespace {
@@ -70,14 +71,25 @@ PollResult poll_until(absl::FunctionRef<bool()> done, Deadline deadline,
 Watchdog::Watchdog(std::string group, WatchdogOptions options)
     : group_(std::move(group)), options_(options), timeout_s_(options.timeout_s) {}
 
-std::string Watchdog::timeout_message(std::string_view op, size_t bytes, double seconds) const {
+std::string Watchdog::who(int peer) const {
+  if (peer >= 0) {
+    if (peer >= static_cast<int>(members_.size())) return "";
+    const std::string peer_text = describe_ranks({members_[peer]});
+    return peer_text.empty() ? "" : absl::StrCat(" (peer: ", peer_text, ")");
+  }
+  const std::string members = describe_ranks(members_);
+  return members.empty() ? "" : absl::StrCat(" (members: ", members, ")");
+}
+
+std::string Watchdog::timeout_message(std::string_view op, size_t bytes, double seconds,
+                                      int peer) const {
   return absl::StrCat(rank_prefix(), "collective ", std::string(op), " on group ", group_, " (",
                       bytes, " bytes) did not finish within ", seconds,
-                      " s; a peer rank is dead or stuck; aborting the group");
+                      " s; a peer rank is dead or stuck; aborting the group", who(peer));
 }
 
 MPI_Status Watchdog::wait(MPI_Request* request, std::string_view op, size_t bytes,
-                          Deadline deadline) const {
+                          Deadline deadline, int peer) const {
   MPI_Status status{};
   const PollResult result = poll_until(
       [&] {
@@ -90,7 +102,7 @@ MPI_Status Watchdog::wait(MPI_Request* request, std::string_view op, size_t byte
     case PollResult::kDone:
       return status;
     case PollResult::kTimedOut:
-      abort_group(kExitCollectiveTimeout, timeout_message(op, bytes, deadline.seconds()));
+      abort_group(kExitCollectiveTimeout, timeout_message(op, bytes, deadline.seconds(), peer));
     case PollResult::kLauncherGone:
       abort_group(kExitLauncherGone,
                   absl::StrCat(rank_prefix(), "the launcher (mpirun/srun, pid ", g_launcher.load(),

@@ -13,7 +13,9 @@
 //     length and a rank waiting for a slow peer does not hold a core;
 //   - the deadline is checked at every poll. When it passes, the rank prints
 //       ltm: <host>:<rank>: collective <op> on group <name> (<n> bytes) did not finish
-//       within <T> s; a peer rank is dead or stuck; aborting the group      (one line)
+//       within <T> s; a peer rank is dead or stuck; aborting the group (peer: rank 2 on h1)
+//     (one line; the part in brackets names the peer of a send/recv, or the members of the group
+//     for a collective, with their hosts: rank_hosts.h; it is left out while no host is known)
 //     and calls abort_group(kExitCollectiveTimeout): MPI_Abort(MPI_COMM_WORLD, 3), with a thread
 //     that _exit(3)s if MPI_Abort has not ended the process within kAbortGraceSeconds.
 // Open MPI makes progress on non-blocking operations only inside MPI calls; the polling is that
@@ -49,6 +51,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 
@@ -109,17 +112,27 @@ class Watchdog {
   // now + timeout_s(): the deadline of an operation that starts now.
   Deadline deadline() const { return Deadline::after(timeout_s()); }
 
+  // The world ranks of the group's members, indexed by group rank (for messages). Set once, before
+  // the communicator is used.
+  void set_members(std::vector<int> world_ranks) { members_ = std::move(world_ranks); }
+
   // Polls `request` until it completes and returns its status. Never returns on failure: an MPI
   // error, a passed deadline or a vanished launcher take the group down with the message above.
   // `op` ("all_reduce_sum", "send(dst=1,tag=7)") and `bytes` (the whole operation's) are named
-  // in the message.
-  MPI_Status wait(MPI_Request* request, std::string_view op, size_t bytes, Deadline deadline) const;
+  // in the message; `peer` is the group rank waited for (a send or receive), or -1 for a
+  // collective of the whole group.
+  MPI_Status wait(MPI_Request* request, std::string_view op, size_t bytes, Deadline deadline,
+                  int peer = -1) const;
 
   // The timeout message, exposed for tests.
-  std::string timeout_message(std::string_view op, size_t bytes, double seconds) const;
+  std::string timeout_message(std::string_view op, size_t bytes, double seconds,
+                              int peer = -1) const;
+  // " (peer: rank 2 on h1)", " (members: ranks 0, 1 on h0)", or "" when no host is known.
+  std::string who(int peer) const;
 
  private:
   std::string group_;
+  std::vector<int> members_;
   WatchdogOptions options_;
   std::atomic<double> timeout_s_;
 };

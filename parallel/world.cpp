@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "parallel/group_abort.h"
 #include "parallel/mpi_call.h"
 #include "parallel/partition.h"
+#include "parallel/rank_hosts.h"
 
 namespace ltm::parallel {
 namespace {
@@ -52,6 +55,16 @@ MpiWorld::MpiWorld(int* argc, char*** argv, WatchdogOptions options) : options_(
   MPI_Comm world;
   LTM_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &world), "Comm_dup", "world");
   world_ = std::make_unique<MpiCommunicator>(world, "world", options_);
+  if (size_ > 1) {
+    // Every rank's host name, for failure messages that name the lost host (rank_hosts.h).
+    constexpr size_t kName = 64;
+    std::vector<char> names(kName * static_cast<size_t>(size_), '\0');
+    this_host().copy(names.data() + kName * static_cast<size_t>(rank_), kName - 1);
+    world_->all_gather(names.data() + kName * static_cast<size_t>(rank_), names.data(), kName);
+    std::vector<std::string> hosts(size_);
+    for (int r = 0; r < size_; ++r) hosts[r] = std::string(names.data() + kName * r);
+    set_rank_hosts(std::move(hosts));
+  }
   // A launcher (mpirun/orted/slurmstepd) is our parent only when there are peers; a singleton's
   // parent is a shell that may exit legitimately.
   if (size_ > 1) watch_launcher(getppid());

@@ -243,7 +243,7 @@ TEST_F(WatchdogRun, RankHangingInAllReduceBringsTheGroupDown) {
               HasSubstr("ltm: " + host_ +
                         ":0: collective all_reduce_sum on group tp (3072 bytes) did not "
                         "finish within 2 s; a peer rank is dead or stuck; aborting the "
-                        "group"));
+                        "group (members: ranks 0, 1 on " + host_ + ")"));
 }
 
 TEST_F(WatchdogRun, RankHangingInSendBringsTheGroupDown) {
@@ -255,6 +255,8 @@ TEST_F(WatchdogRun, RankHangingInSendBringsTheGroupDown) {
   EXPECT_THAT(run.output, HasSubstr("ltm: " + host_ +
                                     ":3: collective recv(src=0,tag=7) on group pp (3072 bytes) did "
                                     "not finish within 2 s"));
+  // The peer is named by its world rank and host: pp group rank 0 of tp_rank 1 is world rank 1.
+  EXPECT_THAT(run.output, HasSubstr("aborting the group (peer: rank 1 on " + host_ + ")"));
 }
 
 TEST_F(WatchdogRun, RootHangingInBroadcastBringsTheGroupDown) {
