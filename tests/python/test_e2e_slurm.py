@@ -1,0 +1,145 @@
+"""launcher/slurm/ltm-serve.sbatch against a real Slurm (a private cluster per test module:
+ltm_testing/slurm.py): a one-node job serves a model and answers a gRPC request at the address
+the job publishes; a bad flag and a missing model end the job with their own codes and are not
+requeued; a killed rank ends the run non-zero and the job is requeued.
+
+Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup); skipped with
+the reason otherwise. The answers are checked against a one-rank `ltm-worker` run of the same
+greedy request.
+"""
+import os
+import signal
+import time
+
+import pytest
+
+from ltm_testing.checkpoint import make_checkpoint
+from ltm_testing.slurm import SlurmCluster, free_port, skip_reason
+from ltm_testing.worker import WORKER, generate_json
+
+from ltm_testing.server import LtmClient  # (puts clients/python and the stubs on sys.path)
+
+SOURCE_DIR = os.environ.get("LTM_SOURCE_DIR", "")
+SCRIPT = os.path.join(SOURCE_DIR, "launcher", "slurm", "ltm-serve.sbatch")
+GPT2_DIR = os.environ.get("LTM_GPT2_DIR", "")
+SHAPE = dict(n_positions=128, n_embd=64, n_layer=4, n_head=4)
+PROMPT = [464, 2068, 7586, 21831]
+NEW = 8
+START_S = 180  # a job's queueing, srun start-up and model load, on a busy 2-core machine
+
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("slurm-model") / "m")
+    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=31, **SHAPE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(model):
+    out = generate_json(model, prompt_ids=PROMPT, max_new_tokens=NEW, extra=["--ignore-eos"])
+    return out["generated_ids"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"),
+                      env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}) as c:
+        yield c
+
+
+def job_env(model, **kw):
+    env = {"MODEL": model, "LTM": WORKER, "LTM_HOME": SOURCE_DIR, "PORT": str(free_port()),
+           "LISTEN_HOST": "127.0.0.1", "COLLECTIVE_TIMEOUT": "60", "DRAIN_TIMEOUT": "5",
+           "LTM_EXTRA_FLAGS": "--threads 1 --kv-memory-mb 8"}
+    env.update({k: str(v) for k, v in kw.items()})
+    return env
+
+
+def address_file(job):
+    return job.output[: -len(".out")] + ".address"  # next to job-N.out: job-N.address
+
+
+def wait_address(cluster, job):
+    """The address the job published, once it has (the job must still be running)."""
+    path = address_file(job)
+
+    def ready():
+        state = cluster.show_job(job.id).get("JobState")
+        assert state in ("PENDING", "RUNNING", "CONFIGURING"), \
+            f"job {job.id} is {state} before publishing an address\n{cluster.job_log(job)}"
+        return os.path.exists(path)
+    cluster.wait_for(ready, START_S, f"job {job.id}'s address file {path}", interval=1)
+    with open(path) as f:
+        return f.read().strip()
+
+
+def generate(address):
+    with LtmClient(address, timeout=60) as c:
+        r = c.generate(prompt_token_ids=PROMPT, max_new_tokens=NEW, ignore_eos=True, temperature=0)
+    return list(r.token_ids)
+
+
+def test_one_node_job_serves_at_the_published_address(cluster, model, expected):
+    job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SCRIPT], env=job_env(model))
+    address = wait_address(cluster, job)
+    log = cluster.job_log(job)
+    assert f"ltm: coordinator at {address}" in log, log
+    assert generate(address) == expected, cluster.job_log(job)
+    # scancel: rank 0 drains, the job ends without a requeue, and the address file goes away.
+    cluster.run(["scancel", str(job.id)])
+    cluster.wait_for(lambda: cluster.show_job(job.id).get("JobState") not in
+                     ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"), 60,
+                     f"job {job.id} to end after scancel")
+    info = cluster.show_job(job.id)
+    assert info["JobState"] == "CANCELLED" and info["Restarts"] == "0", info
+    assert not os.path.exists(address_file(job))
+    assert "drained" in cluster.job_log(job), cluster.job_log(job)
+
+
+@pytest.mark.parametrize("env, code, message", [
+    (dict(LTM_EXTRA_FLAGS="--threads 1 --bogus-flag"), 2, "bogus"),
+    (dict(LTM_EXTRA_FLAGS="--threads 1 --weight-dtype f8"), 2, "--weight-dtype must be f32, bf16 or fp16, not 'f8'"),
+    (dict(TP=4, PP=1), 2, "tp 4 x pp 1 is 4 ranks, but the job has 2 tasks"),
+    (dict(MODEL="/nonexistent/model"), 6, "/nonexistent/model"),
+])
+def test_operator_errors_end_with_their_code_and_are_not_requeued(cluster, model, env, code,
+                                                                   message):
+    job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SCRIPT],
+                         env=job_env(model, **env), wait=True)
+    info = cluster.show_job(job.id)
+    log = cluster.job_log(job)
+    assert job.exit_code == code, f"{info}\n{log}"
+    assert info["JobState"] == "FAILED" and info["Restarts"] == "0", f"{info}\n{log}"
+    assert message in log and "not requeued" in log, log
+
+
+def test_worker_missing_model_exits_6_under_srun(cluster, model):
+    """The model check of the worker itself (the script's own check skipped: a path that only
+    the batch host has)."""
+    job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", "--wrap",
+                          f"srun --mpi=pmix --kill-on-bad-exit=1 {WORKER} --model /nonexistent/m "
+                          "--listen 127.0.0.1:1 --tp 2"], wait=True)
+    assert job.exit_code == 6, cluster.job_log(job)
+
+
+def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, expected):
+    job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SCRIPT],
+                         env=job_env(model, LTM_MAX_REQUEUES=1))
+    wait_address(cluster, job)
+    ranks = {int(env["SLURM_PROCID"]): pid for pid, env in cluster.job_pids(job.id).items()
+             if "SLURM_PROCID" in env and env.get("SLURM_STEP_ID") not in (None, "batch")
+             and open(f"/proc/{pid}/comm").read().strip() == "ltm-worker"}
+    assert sorted(ranks) == [0, 1], ranks
+    os.kill(ranks[1], signal.SIGKILL)
+    # The run ends non-zero (137: a killed rank), the script requeues the job, and the second
+    # run serves again (then is cancelled; LTM_MAX_REQUEUES=1 would not requeue it again).
+    cluster.wait_for(lambda: cluster.show_job(job.id).get("Restarts") == "1", START_S,
+                     f"job {job.id} to be requeued")
+    log = cluster.job_log(job)
+    assert "the group exited 137 (a rank was killed): requeueing (restart 1 of 1)" in log, log
+    address = wait_address(cluster, job)
+    assert generate(address) == expected, cluster.job_log(job)
+    cluster.run(["scancel", str(job.id)])
