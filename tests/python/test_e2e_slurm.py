@@ -1,7 +1,9 @@
 """launcher/slurm/ltm-serve.sbatch against a real Slurm (a private cluster per test module:
 ltm_testing/slurm.py): a one-node job serves a model and answers a gRPC request at the address
 the job publishes; a bad flag and a missing model end the job with their own codes and are not
-requeued; a killed rank ends the run non-zero and the job is requeued.
+requeued; a killed rank ends the run non-zero and the job is requeued; and a two-node job (two
+network-namespace hosts, ltm_testing/netns.py) with tp 2 inside each node and pp 2 across them
+answers a client on another host, launched with srun --mpi=pmix and with mpirun.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup); skipped with
 the reason otherwise. The answers are checked against a one-rank `ltm-worker` run of the same
@@ -13,13 +15,15 @@ import time
 
 import pytest
 
+from ltm_testing import netns
 from ltm_testing.checkpoint import make_checkpoint
-from ltm_testing.slurm import SlurmCluster, free_port, skip_reason
+from ltm_testing.slurm import Node, SlurmCluster, free_port, skip_reason
 from ltm_testing.worker import WORKER, generate_json
 
 from ltm_testing.server import LtmClient  # (puts clients/python and the stubs on sys.path)
 
 SOURCE_DIR = os.environ.get("LTM_SOURCE_DIR", "")
+CLIENT = os.path.join(os.environ.get("LTM_BUILD_DIR", ""), "launcher", "ltm-client")
 SCRIPT = os.path.join(SOURCE_DIR, "launcher", "slurm", "ltm-serve.sbatch")
 GPT2_DIR = os.environ.get("LTM_GPT2_DIR", "")
 SHAPE = dict(n_positions=128, n_embd=64, n_layer=4, n_head=4)
@@ -82,6 +86,26 @@ def generate(address):
     return list(r.token_ids)
 
 
+def worker_processes(cluster, job):
+    """{pid: (world rank, node)} of the job's ltm-worker processes (srun or mpirun ranks)."""
+    found = {}
+    for pid, env in cluster.job_pids(job.id).items():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "ltm-worker":
+                    continue
+        except OSError:
+            continue
+        rank = env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID"))
+        if rank is not None:
+            found[pid] = (int(rank), env.get("SLURMD_NODENAME"))
+    return found
+
+
+def worker_ranks(cluster, job):
+    return {rank: node for rank, node in worker_processes(cluster, job).values()}
+
+
 def test_one_node_job_serves_at_the_published_address(cluster, model, expected):
     job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SCRIPT], env=job_env(model))
     address = wait_address(cluster, job)
@@ -129,15 +153,17 @@ def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, 
     job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", SCRIPT],
                          env=job_env(model, LTM_MAX_REQUEUES=1))
     wait_address(cluster, job)
-    ranks = {int(env["SLURM_PROCID"]): pid for pid, env in cluster.job_pids(job.id).items()
-             if "SLURM_PROCID" in env and env.get("SLURM_STEP_ID") not in (None, "batch")
-             and open(f"/proc/{pid}/comm").read().strip() == "ltm-worker"}
+    ranks = {rank: pid for pid, (rank, _) in worker_processes(cluster, job).items()}
     assert sorted(ranks) == [0, 1], ranks
     os.kill(ranks[1], signal.SIGKILL)
     # The run ends non-zero (137: a killed rank), the script requeues the job, and the second
     # run serves again (then is cancelled; LTM_MAX_REQUEUES=1 would not requeue it again).
-    cluster.wait_for(lambda: cluster.show_job(job.id).get("Restarts") == "1", START_S,
-                     f"job {job.id} to be requeued")
+    def requeued():
+        info = cluster.show_job(job.id)
+        assert info.get("JobState") not in ("FAILED", "COMPLETED", "CANCELLED"), \
+            f"job {job.id} ended instead of being requeued: {info}\n{cluster.job_log(job)}"
+        return info.get("Restarts") == "1" and info.get("JobState") == "PENDING"
+    cluster.wait_for(requeued, START_S, f"job {job.id} to be requeued")
     log = cluster.job_log(job)
     assert "the group exited 137 (a rank was killed): requeueing (restart 1 of 1)" in log, log
     # Slurm holds a requeued job for about 2 minutes (BeginTime); an operator may release it.
@@ -145,3 +171,36 @@ def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, 
     address = wait_address(cluster, job)
     assert generate(address) == expected, cluster.job_log(job)
     cluster.run(["scancel", str(job.id)])
+
+
+@pytest.mark.skipif(netns.skip_reason() is not None, reason=netns.skip_reason() or "")
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_two_node_job_tp_inside_pp_across(tmp_path, model, expected, launch):
+    mca = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": netns.SUBNET,
+           "OMPI_MCA_oob_tcp_if_include": netns.SUBNET, "OMPI_MCA_mpi_yield_when_idle": "1"}
+    with netns.Hosts(2) as hosts, \
+            SlurmCluster(tmp_path, [Node.of(h) for h in hosts],
+                         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **mca}) as cluster:
+        job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
+                             env=job_env(model, LISTEN_HOST="0.0.0.0", LAUNCH=launch))
+        address = wait_address(cluster, job)
+        assert address.startswith(hosts[0].addr + ":"), address  # rank 0: the first node
+        log = cluster.job_log(job)
+        assert "tp 2 x pp 2 on h[0-1]" in log, log
+        # Every rank where the layout puts it: ranks 0, 1 (tp group of pp stage 0) on h0, 2, 3
+        # on h1 (by the rank and node in each ltm-worker's environment).
+        placed = worker_ranks(cluster, job)
+        assert placed == {0: "h0", 1: "h0", 2: "h1", 3: "h1"}, placed
+        for rank in range(4):
+            assert f"rank {rank} (tp {rank % 2}, pp {rank // 2})" in log, log
+        # A client on the other host, through the bridge.
+        p = hosts[1].run([CLIENT, "--server", address, "--prompt-ids", ",".join(map(str, PROMPT)),
+                          "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
+                          "--logprobs", "--no-stream", "--timeout-s", "120"], check=False)
+        assert p.returncode == 0, f"{p.stderr}\n{cluster.job_log(job)}"
+        ids = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("token ")]
+        assert ids == expected, f"{p.stderr}\n{cluster.job_log(job)}"
+        cluster.run(["scancel", str(job.id)])
+        cluster.wait_for(lambda: cluster.show_job(job.id).get("JobState") == "CANCELLED", 60,
+                         f"job {job.id} to end after scancel")
+        assert "drained" in cluster.job_log(job), cluster.job_log(job)

@@ -6,10 +6,13 @@ munge key and socket, config, state folders and ports, all under one folder of t
         job = cluster.sbatch(["launcher/slurm/ltm-serve.sbatch"], env={...}, wait=True)
         assert job.exit_code == 0, cluster.job_log(job)
 
-Several nodes: give `nodes`, one Node per network namespace (a netns.py host); each slurmd then
-runs inside its namespace with `nsenter --net=NS unshare --uts` and its own host name (`ip netns
-exec` would remount /sys and hide /sys/fs/cgroup, which slurmd reads). slurmctld runs in the
-first node's namespace and the clients (sbatch, scontrol) are started there too.
+Several nodes: give `nodes`, one Node per host of ltm_testing.netns (network namespaces behind a
+bridge, each entered with nsenter into its own network, UTS, mount and IPC namespaces, so with
+its own host name; `ip netns exec` would remount /sys and hide /sys/fs/cgroup, which slurmd
+reads). Each slurmd runs inside its host; slurmctld runs in the first node's host and the clients
+(sbatch, scontrol) are started there too. TmpFS is per node (<dir>/tmp-<node>): Slurm's PMIx
+plugin puts each step's PMIx folder there, and two slurmds of one job on one filesystem would
+otherwise share it.
 
 stop() (and leaving the with-block, also on an exception) cancels every job, ends every daemon
 it started and then every process left that carries this cluster's SLURM_CONF in its
@@ -61,10 +64,17 @@ def free_port() -> int:
 
 @dataclasses.dataclass
 class Node:
-    name: str                     # the Slurm node name and (in a namespace) the host name
+    name: str                     # the Slurm node name (a namespace host's host name)
     addr: str = "127.0.0.1"       # NodeAddr: where slurmctld and srun reach its slurmd
-    netns: Optional[str] = None   # a path under /run/netns (or a /proc/PID/ns/net), or None
+    host: object = None           # a netns.Host to run the node's slurmd in, or None (here)
     cpus: int = 2
+
+    @staticmethod
+    def of(host, cpus: int = 2) -> "Node":
+        return Node(host.name, host.addr, host, cpus)
+
+    def argv(self, args: Sequence[str]) -> List[str]:
+        return self.host.argv(args) if self.host is not None else list(args)
 
 
 @dataclasses.dataclass
@@ -106,12 +116,6 @@ class SlurmCluster:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _ns_prefix(self, node: Optional[Node]) -> List[str]:
-        if node is None or node.netns is None:
-            return []
-        netns = node.netns if node.netns.startswith("/") else f"/run/netns/{node.netns}"
-        return ["nsenter", f"--net={netns}"]
-
     def _popen(self, argv: List[str], log: str) -> subprocess.Popen:
         out = open(os.path.join(self.dir, log), "ab")
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
@@ -138,18 +142,13 @@ class SlurmCluster:
         self._wait(lambda: os.path.exists(self.munge_socket), 20, "munged's socket")
         self._write_conf()
         head = self.nodes[0]
-        self._popen(self._ns_prefix(head) + [_sbin("slurmctld"), "-D", "-i", "-f", self.conf],
-                    "slurmctld.out")
+        self._popen(head.argv([_sbin("slurmctld"), "-D", "-i", "-f", self.conf]), "slurmctld.out")
         for node in self.nodes:
             spool = os.path.join(self.dir, f"spool-{node.name}")
             os.makedirs(spool, exist_ok=True)
             os.makedirs(os.path.join(self.dir, f"tmp-{node.name}"), exist_ok=True)
-            argv = [_sbin("slurmd"), "-D", "-f", self.conf, "-N", node.name]
-            if node.netns is not None:
-                # Own UTS namespace: the node's host name, which MPI and ltm's messages show.
-                argv = self._ns_prefix(node) + ["unshare", "--uts", "sh", "-c",
-                                                 f'hostname "$0" && exec "$@"', node.name] + argv
-            self._popen(argv, f"slurmd-{node.name}.out")
+            self._popen(node.argv([_sbin("slurmd"), "-D", "-f", self.conf, "-N", node.name]),
+                        f"slurmd-{node.name}.out")
         self._wait(self._all_idle, 60, "every node idle in sinfo")
 
     def _write_conf(self) -> None:
@@ -157,7 +156,7 @@ class SlurmCluster:
         head = self.nodes[0]
         lines = [
             "ClusterName=ltmtest",
-            f"SlurmctldHost={socket.gethostname().split('.')[0]}({head.addr})",
+            f"SlurmctldHost={self._head_hostname()}({head.addr})",
             "MailProg=/bin/true",
             f"SlurmctldPort={self.ctld_port}",
             f"SlurmdPort={self.slurmd_port}",
@@ -192,7 +191,7 @@ class SlurmCluster:
             "MinJobAge=600",        # keep finished jobs in scontrol show job
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
-            f"TmpFS={d}",
+            f"TmpFS={d}/tmp-%n",
         ]
         os.makedirs(os.path.join(d, "ctld-state"), exist_ok=True)
         for n in self.nodes:
@@ -204,6 +203,12 @@ class SlurmCluster:
             lines.append(self.extra_conf)
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+    def _head_hostname(self) -> str:
+        """The host name slurmctld sees (it must match SlurmctldHost)."""
+        if self.nodes[0].host is None:
+            return socket.gethostname().split(".")[0]
+        return self.nodes[0].host.run(["hostname", "-s"]).stdout.strip()
 
     def _wait(self, cond, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -233,7 +238,7 @@ class SlurmCluster:
         """A Slurm client command, in the head node's namespace, against this cluster."""
         e = dict(self.env)
         e.update(env or {})
-        p = subprocess.run(self._ns_prefix(self.nodes[0]) + list(argv), capture_output=True,
+        p = subprocess.run(self.nodes[0].argv(argv), capture_output=True,
                            text=True, env=e, timeout=timeout, cwd=cwd)
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr}")
@@ -294,7 +299,7 @@ class SlurmCluster:
         found = {}
         for pid, env in _environments():
             if env.get("SLURM_CONF") == self.conf and env.get("SLURM_JOB_ID") == str(job_id):
-                found[pid] = {k: v for k, v in env.items() if k.startswith(("SLURM_", "OMPI_", "PMIX_RANK"))}
+                found[pid] = {k: v for k, v in env.items() if k.startswith(("SLURM_", "SLURMD_", "OMPI_", "PMIX_RANK"))}
         return found
 
     def logs(self, tail: int = 3000) -> str:
