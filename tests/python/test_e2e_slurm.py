@@ -3,12 +3,14 @@ ltm_testing/slurm.py): a one-node job serves a model and answers a gRPC request 
 the job publishes; a bad flag and a missing model end the job with their own codes and are not
 requeued; a killed rank ends the run non-zero and the job is requeued; and a two-node job (two
 network-namespace hosts, ltm_testing/netns.py) with tp 2 inside each node and pp 2 across them
-answers a client on another host, launched with srun --mpi=pmix and with mpirun.
+answers a client on another host, launched with srun --mpi=pmix and with mpirun; and the
+benchmark job writes its JSON next to its output.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup); skipped with
 the reason otherwise. The answers are checked against a one-rank `ltm-worker` run of the same
 greedy request.
 """
+import json
 import os
 import signal
 import time
@@ -25,6 +27,7 @@ from ltm_testing.server import LtmClient  # (puts clients/python and the stubs o
 SOURCE_DIR = os.environ.get("LTM_SOURCE_DIR", "")
 CLIENT = os.path.join(os.environ.get("LTM_BUILD_DIR", ""), "launcher", "ltm-client")
 SCRIPT = os.path.join(SOURCE_DIR, "launcher", "slurm", "ltm-serve.sbatch")
+BENCH_SCRIPT = os.path.join(SOURCE_DIR, "launcher", "slurm", "ltm-bench.sbatch")
 GPT2_DIR = os.environ.get("LTM_GPT2_DIR", "")
 SHAPE = dict(n_positions=128, n_embd=64, n_layer=4, n_head=4)
 PROMPT = [464, 2068, 7586, 21831]
@@ -147,6 +150,20 @@ def test_worker_missing_model_exits_6_under_srun(cluster, model):
                           f"srun --mpi=pmix --kill-on-bad-exit=1 {WORKER} --model /nonexistent/m "
                           "--listen 127.0.0.1:1 --tp 2"], wait=True)
     assert job.exit_code == 6, cluster.job_log(job)
+
+
+def test_benchmark_job_writes_its_json_next_to_the_output(cluster, model):
+    job = cluster.sbatch(["--nodes=1", "--ntasks-per-node=2", BENCH_SCRIPT], wait=True, env={
+        "MODEL": model, "LTM_HOME": SOURCE_DIR,
+        "LTM_BENCH": os.path.join(os.environ.get("LTM_BUILD_DIR", ""), "launcher", "ltm-bench"),
+        "BENCH_FLAGS": "--threads 1 --prompt-tokens 8 --new-tokens 4 --skip-limits"})
+    assert job.exit_code == 0, cluster.job_log(job)
+    with open(job.output[: -len(".out")] + ".json") as f:
+        lines = [json.loads(line) for line in f if line.startswith("{")]
+    assert [r["measurement"] for r in lines] == ["prefill", "decode"], lines
+    for r in lines:
+        assert (r["tp"], r["pp"], r["prompt_tokens"], r["new_tokens"]) == (2, 1, 8, 4), r
+        assert r["tokens_per_s"] > 0, r
 
 
 def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, expected):
