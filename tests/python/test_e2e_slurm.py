@@ -183,8 +183,7 @@ def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, 
     cluster.wait_for(requeued, START_S, f"job {job.id} to be requeued")
     log = cluster.job_log(job)
     assert "the group exited 137 (a rank was killed): requeueing (restart 1 of 1)" in log, log
-    # Slurm holds a requeued job for about 2 minutes (BeginTime); an operator may release it.
-    cluster.run(["scontrol", "update", f"JobId={job.id}", "StartTime=now"])
+    # Slurm holds a requeued job for AuthInfo's cred_expire (10 s in the test cluster).
     address = wait_address(cluster, job)
     assert generate(address) == expected, cluster.job_log(job)
     cluster.run(["scancel", str(job.id)])

@@ -162,7 +162,9 @@ class SlurmCluster:
             f"SlurmdPort={self.slurmd_port}",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire: how long a requeued job waits before it may start again (a rerun
+            # sooner is refused with "credential revoked"); 120 s by default, 10 s here.
+            f"AuthInfo=socket={self.munge_socket},cred_expire=10",
             "SlurmUser=root",
             "SlurmdUser=root",
             f"StateSaveLocation={d}/ctld-state",
@@ -354,7 +356,7 @@ class SlurmCluster:
         return [pid for pid, env in _environments()
                 if env.get("SLURM_CONF") == self.conf and pid != os.getpid()
                 and (include_daemons or pid not in daemons)
-                and _comm(pid) not in ("slurmd", "slurmctld", "munged", "nsenter", "unshare")]
+                and _comm(pid) not in ("slurmd", "slurmctld", "slurmscriptd", "munged", "nsenter")]
 
 
 def _comm(pid: int) -> str:
