@@ -95,6 +95,7 @@ class SlurmCluster:
         self.ctld_port = free_port()
         self.slurmd_port = free_port()
         self.procs: List[subprocess.Popen] = []
+        self.slurmd: Dict[str, subprocess.Popen] = {}
         self.env = dict(os.environ)
         self.env.update(env or {})
         self.env["SLURM_CONF"] = self.conf
@@ -147,9 +148,18 @@ class SlurmCluster:
             spool = os.path.join(self.dir, f"spool-{node.name}")
             os.makedirs(spool, exist_ok=True)
             os.makedirs(os.path.join(self.dir, f"tmp-{node.name}"), exist_ok=True)
-            self._popen(node.argv([_sbin("slurmd"), "-D", "-f", self.conf, "-N", node.name]),
-                        f"slurmd-{node.name}.out")
+            self.start_slurmd(node)
         self._wait(self._all_idle, 60, "every node idle in sinfo")
+
+    def start_slurmd(self, node: Node) -> None:
+        """Starts (or, after a test killed it, restarts) the slurmd of a node."""
+        old = self.slurmd.get(node.name)
+        if old is not None:
+            assert old.poll() is not None, f"the slurmd of {node.name} still runs"
+            self.procs.remove(old)
+        self.slurmd[node.name] = self._popen(
+            node.argv([_sbin("slurmd"), "-D", "-f", self.conf, "-N", node.name]),
+            f"slurmd-{node.name}.out")
 
     def _write_conf(self) -> None:
         d = self.dir
