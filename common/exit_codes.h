@@ -13,7 +13,8 @@
 //   6     --model names no folder or config file                   no
 //
 // A rank killed by a signal ends its launcher with 128 + the signal (srun, mpirun): SIGKILL (137)
-// is how a lost node, the OOM killer or an operator's kill shows, and is treated as curable.
+// is how a lost node, the OOM killer or an operator's kill shows, and SIGPIPE (141) how a rank
+// dies that was writing to a peer whose node vanished; both are treated as curable.
 #pragma once
 
 #include "absl/status/status.h"

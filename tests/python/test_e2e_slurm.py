@@ -3,8 +3,9 @@ ltm_testing/slurm.py): a one-node job serves a model and answers a gRPC request 
 the job publishes; a bad flag and a missing model end the job with their own codes and are not
 requeued; a killed rank ends the run non-zero and the job is requeued; and a two-node job (two
 network-namespace hosts, ltm_testing/netns.py) with tp 2 inside each node and pp 2 across them
-answers a client on another host, launched with srun --mpi=pmix and with mpirun; and the
-benchmark job writes its JSON next to its output.
+answers a client on another host, launched with srun --mpi=pmix and with mpirun; a lost node
+(every process of it killed) ends the run non-zero, the job is requeued and serves again once the
+node is back; and the benchmark job writes its JSON next to its output.
 
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup); skipped with
 the reason otherwise. The answers are checked against a one-rank `ltm-worker` run of the same
@@ -12,6 +13,7 @@ greedy request.
 """
 import json
 import os
+import re
 import signal
 import time
 
@@ -75,7 +77,7 @@ def wait_address(cluster, job):
 
     def ready():
         state = cluster.show_job(job.id).get("JobState")
-        assert state in ("PENDING", "RUNNING", "CONFIGURING"), \
+        assert state not in ("FAILED", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL"), \
             f"job {job.id} is {state} before publishing an address\n{cluster.job_log(job)}"
         return os.path.exists(path)
     cluster.wait_for(ready, START_S, f"job {job.id}'s address file {path}", interval=1)
@@ -220,3 +222,41 @@ def test_two_node_job_tp_inside_pp_across(tmp_path, model, expected, launch):
         cluster.wait_for(lambda: cluster.show_job(job.id).get("JobState") == "CANCELLED", 60,
                          f"job {job.id} to end after scancel")
         assert "drained" in cluster.job_log(job), cluster.job_log(job)
+
+
+@pytest.mark.skipif(netns.skip_reason() is not None, reason=netns.skip_reason() or "")
+def test_lost_node_ends_the_run_non_zero_and_the_job_runs_again(tmp_path, model, expected):
+    """Every process of the second node killed (its slurmd, slurmstepd and ranks: the node is
+    gone): the run on the first node ends non-zero, the job is requeued, and once the node is
+    back it serves again."""
+    mca = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": netns.SUBNET,
+           "OMPI_MCA_oob_tcp_if_include": netns.SUBNET, "OMPI_MCA_mpi_yield_when_idle": "1"}
+    with netns.Hosts(2) as hosts, \
+            SlurmCluster(tmp_path, [Node.of(h) for h in hosts],
+                         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **mca}) as cluster:
+        job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
+                             env=job_env(model, LISTEN_HOST="0.0.0.0", LTM_MAX_REQUEUES=1,
+                                         COLLECTIVE_TIMEOUT=20))
+        wait_address(cluster, job)
+        t0 = time.monotonic()
+        hosts[1].kill_all()
+        state = {}
+
+        def requeued():
+            state.update(cluster.show_job(job.id))
+            assert state.get("JobState") not in ("FAILED", "COMPLETED", "CANCELLED"), \
+                f"job {job.id} ended instead of being requeued: {state}\n{cluster.job_log(job)}"
+            return state.get("Restarts") == "1"
+        cluster.wait_for(requeued, 120, f"job {job.id} to be requeued")
+        print(f"lost node: the job was requeued {time.monotonic() - t0:.1f} s after the kill")
+        log = cluster.job_log(job)
+        assert re.search(r"the group exited (3|4|5|137|141) \(.*\): requeueing \(restart 1 of 1\)",
+                         log), log
+        cluster.start_slurmd(cluster.nodes[1])  # the node comes back (rebooted)
+        address = wait_address(cluster, job)
+        p = hosts[1].run([CLIENT, "--server", address, "--prompt-ids", ",".join(map(str, PROMPT)),
+                          "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
+                          "--logprobs", "--no-stream", "--timeout-s", "120"], check=False)
+        assert p.returncode == 0, f"{p.stderr}\n{cluster.job_log(job)}"
+        ids = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("token ")]
+        assert ids == expected, f"{p.stderr}\n{cluster.job_log(job)}"

@@ -152,11 +152,17 @@ class SlurmCluster:
         self._wait(self._all_idle, 60, "every node idle in sinfo")
 
     def start_slurmd(self, node: Node) -> None:
-        """Starts (or, after a test killed it, restarts) the slurmd of a node."""
+        """Starts (or, after a test killed it, restarts) the slurmd of a node. A restart is a
+        rebooted node: its spool and TmpFS folders start empty (a killed step leaves its PMIx
+        socket and folder there, and the next step of that job id could not make them)."""
         old = self.slurmd.get(node.name)
         if old is not None:
             assert old.poll() is not None, f"the slurmd of {node.name} still runs"
             self.procs.remove(old)
+            for kind in ("spool", "tmp"):
+                folder = os.path.join(self.dir, f"{kind}-{node.name}")
+                shutil.rmtree(folder, ignore_errors=True)
+                os.makedirs(folder)
         self.slurmd[node.name] = self._popen(
             node.argv([_sbin("slurmd"), "-D", "-f", self.conf, "-N", node.name]),
             f"slurmd-{node.name}.out")
