@@ -196,6 +196,7 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=2",  # a requeued job starts within 2 s (not 30)
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
             "SlurmdParameters=config_overrides",  # the CPUs declared below, whatever the host has
@@ -346,12 +347,17 @@ class SlurmCluster:
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and self._job_processes(include_daemons=False):
                     time.sleep(0.3)
+                left = self._job_processes(include_daemons=False)
+                if left:
+                    print(f"slurm cluster: still running 20 s after scancel (killed below): "
+                          f"{[(pid, _comm(pid)) for pid in left]}")
         for p in reversed(self.procs):  # slurmd first, munged last
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5  # then SIGKILL: a slurmd may linger on a lost peer
         for p in reversed(self.procs):
             try:
-                p.wait(timeout=15)
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
