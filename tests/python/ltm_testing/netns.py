@@ -13,6 +13,8 @@
         hosts.partition([h0], [h1]); hosts.heal()
         h1.freeze(); h1.thaw()            # SIGSTOP/SIGCONT of every process in h1
         h1.processes()                    # [(pid, cmdline)] still running in h1
+        hosts.wait_empty(10)              # {} once no host has a process left (bounded wait)
+        h1.bind("/tmp/x/h1-spool", "/var/spool/slurmd")   # a mount seen only inside h1
     # on leaving (also on an exception, Ctrl-C or SIGTERM): every process in every host is
     # killed, the namespaces are deleted and the run folder removed.
 
@@ -192,6 +194,12 @@ class Host:
             raise AssertionError(f"[{self.name}] {' '.join(map(str, args))} exited "
                                  f"{p.returncode}\n{p.stdout}\n{p.stderr}")
         return p
+
+    def bind(self, src: str, dst: str) -> None:
+        """Bind-mounts src on dst inside this host only (e.g. a per-host spool folder on a path
+        every host's daemon expects); undone when the host goes."""
+        assert self.holder is not None, "host not started"
+        _sh(["nsenter", "-t", str(self.holder.pid), "-m", "mount", "--bind", src, dst])
 
     # -- what runs there -------------------------------------------------------------------
 
@@ -451,6 +459,17 @@ class Hosts:
     def leftovers(self) -> Dict[str, List[Tuple[int, str]]]:
         """{host name: processes} for every host that still has a process running."""
         return {h.name: procs for h in self.hosts if (procs := h.processes())}
+
+    def wait_empty(self, timeout: float = 10.0) -> Dict[str, List[Tuple[int, str]]]:
+        """Polls until no host has a process (a process that has just exited may stay a zombie
+        for a moment, until its parent or init reaps it), at most `timeout` seconds; returns
+        leftovers() at the end: {} when every host is empty."""
+        end = time.monotonic() + timeout
+        while True:
+            left = self.leftovers()
+            if not left or time.monotonic() > end:
+                return left
+            time.sleep(0.1)
 
 
 def _raise_on_term(signum, frame):
