@@ -59,6 +59,17 @@ def cluster(tmp_path_factory):
         yield c
 
 
+# Open MPI on the bridge only, and polite to the 2-core machine (ltm_testing/netns.py).
+NETNS_MCA = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": netns.SUBNET,
+             "OMPI_MCA_oob_tcp_if_include": netns.SUBNET, "OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
+def two_node_cluster(tmp_path, hosts):
+    """A cluster of two nodes, h0 and h1, one slurmd in each namespace host."""
+    return SlurmCluster(tmp_path, [Node.of(h) for h in hosts],
+                        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **NETNS_MCA})
+
+
 def job_env(model, **kw):
     env = {"MODEL": model, "LTM": WORKER, "LTM_HOME": SOURCE_DIR, "PORT": str(free_port()),
            "LISTEN_HOST": "127.0.0.1", "COLLECTIVE_TIMEOUT": "60", "DRAIN_TIMEOUT": "5",
@@ -194,11 +205,7 @@ def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, 
 @pytest.mark.skipif(netns.skip_reason() is not None, reason=netns.skip_reason() or "")
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_two_node_job_tp_inside_pp_across(tmp_path, model, expected, launch):
-    mca = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": netns.SUBNET,
-           "OMPI_MCA_oob_tcp_if_include": netns.SUBNET, "OMPI_MCA_mpi_yield_when_idle": "1"}
-    with netns.Hosts(2) as hosts, \
-            SlurmCluster(tmp_path, [Node.of(h) for h in hosts],
-                         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **mca}) as cluster:
+    with netns.Hosts(2) as hosts, two_node_cluster(tmp_path, hosts) as cluster:
         job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
                              env=job_env(model, LISTEN_HOST="0.0.0.0", LAUNCH=launch))
         address = wait_address(cluster, job)
@@ -229,11 +236,7 @@ def test_lost_node_ends_the_run_non_zero_and_the_job_runs_again(tmp_path, model,
     """Every process of the second node killed (its slurmd, slurmstepd and ranks: the node is
     gone): the run on the first node ends non-zero, the job is requeued, and once the node is
     back it serves again."""
-    mca = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": netns.SUBNET,
-           "OMPI_MCA_oob_tcp_if_include": netns.SUBNET, "OMPI_MCA_mpi_yield_when_idle": "1"}
-    with netns.Hosts(2) as hosts, \
-            SlurmCluster(tmp_path, [Node.of(h) for h in hosts],
-                         env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **mca}) as cluster:
+    with netns.Hosts(2) as hosts, two_node_cluster(tmp_path, hosts) as cluster:
         job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
                              env=job_env(model, LISTEN_HOST="0.0.0.0", LTM_MAX_REQUEUES=1,
                                          COLLECTIVE_TIMEOUT=20))

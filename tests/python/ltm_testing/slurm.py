@@ -18,8 +18,9 @@ stop() (and leaving the with-block, also on an exception) cancels every job, end
 it started and then every process left that carries this cluster's SLURM_CONF in its
 environment (slurmstepd, job steps, ranks): nothing is left running.
 
+start_slurmd(node) restarts a node whose processes a test killed (a lost node coming back).
 skip_reason() says why a cluster cannot start here (not root, a package missing), for
-pytest.skip.
+pytest.skip; the namespace hosts have their own (netns.skip_reason()).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sru
 PACKAGES = "slurmctld slurmd slurm-client munge"
 
 
-def skip_reason(namespaces: bool = False) -> Optional[str]:
+def skip_reason() -> Optional[str]:
     """Why a private Slurm cluster cannot run here, or None."""
     if os.geteuid() != 0:
         return "a private Slurm cluster needs root (slurmd runs job steps as their user)"
@@ -45,10 +46,6 @@ def skip_reason(namespaces: bool = False) -> Optional[str]:
                and not os.path.exists(os.path.join("/usr/sbin", d))]
     if missing:
         return f"{', '.join(missing)} not installed (Debian packages: {PACKAGES}; scripts/setup)"
-    if namespaces:
-        for tool in ("ip", "nsenter", "unshare"):
-            if shutil.which(tool) is None:
-                return f"{tool} not installed"
     return None
 
 
