@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
+#include "common/exit_codes.h"
 #include "common/memory.h"
 #include "common/logging.h"
 #include "common/openmp_wait.h"
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
   auto setup = ltm::setup_rank(o, &argc, &argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-bench: %s\n", std::string(setup.status().message()).c_str());
-    return 2;
+    return ltm::exit_code_for_setup(setup.status());
   }
   ltm::RankSetup& rs = **setup;
   const ltm::ModelConfig& c = rs.model->config();

@@ -5,8 +5,10 @@
 //       one-shot: generate, print the text (or JSON), exit 0.
 //   mpirun -n N ltm-worker --model DIR --tp T --pp P --listen ADDR
 //       serve the gRPC API from rank 0 (see README).
-// Exit codes: 0 done; 1 a runtime error (bad checkpoint, ...); 2 bad command line or layout;
-// 3 a collective timed out (the watchdog took the group down).
+// Exit codes (common/exit_codes.h): 0 done; 1 a runtime error (bad checkpoint, ...); 2 bad
+// command line or layout; 3 a collective timed out; 4 the launcher vanished; 5 an MPI call failed
+// (a peer was lost); 6 the model is missing. The Slurm job scripts requeue only on 3, 4, 5
+// and on 137, 141 (a rank killed, or dead of SIGPIPE).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>

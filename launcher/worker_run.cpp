@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/memory.h"
 #include "launcher/model_setup.h"
 #include "parallel/group_abort.h"
@@ -328,7 +329,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
-    return setup.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return exit_code_for_setup(setup.status());
   }
   RankSetup& rs = **setup;
   // Each rank reports its memory at start-up when serving (or asked to be verbose).

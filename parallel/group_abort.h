@@ -11,16 +11,19 @@
 // message and wait for the end. No MPI call is needed before it (without MPI it just _exits).
 #pragma once
 
+#include "common/exit_codes.h"
+
 #include <string>
 #include <functional>
 #include <string_view>
 
 namespace ltm::parallel {
 
-// Exit codes of a group abort (also the MPI_Abort error code, so mpirun exits with it).
-inline constexpr int kExitMpiFailure = 2;         // an MPI call returned an error
-inline constexpr int kExitCollectiveTimeout = 3;  // the collective watchdog fired
-inline constexpr int kExitLauncherGone = 4;       // mpirun/srun died while this rank waited
+// Exit codes of a group abort (also the MPI_Abort error code, so mpirun exits with it); the
+// whole list is in common/exit_codes.h.
+using ltm::kExitCollectiveTimeout;  // the collective watchdog fired
+using ltm::kExitLauncherGone;       // mpirun/srun died while this rank waited
+using ltm::kExitMpiFailure;         // an MPI call returned an error (a peer or its link was lost)
 
 // How long MPI_Abort may take before the enforcer thread calls _exit.
 inline constexpr double kAbortGraceSeconds = 5.0;
