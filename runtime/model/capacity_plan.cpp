@@ -29,8 +29,8 @@ std::vector<DeviceSpec> make_table() {
     // AMX ~410 GFLOP/s): GPT-2-124M's prefill agrees by construction, GPT-3 1.3B is the check.
     // Link: MPI over shared memory, allreduce_latency_bench (2 ranks): 2.9-3.7 us for 768 floats,
     // ~1 GB/s for 4 MiB. Overhead: a CPU rank's resident memory besides weights and KV cache
-    // (libraries, OpenMP and OpenBLAS pools, the load's 8 MiB chunk buffers): ~40 MiB measured
-    // (ltm-worker's memory report, GPT-2-124M bf16: peak 279 MiB for 239 MiB of weights).
+    // (libraries, OpenMP and OpenBLAS pools, the load's chunk buffers): 36-40 MiB measured with
+    // ltm-worker's memory report at start-up (GPT-2-124M bf16, 1 rank and tp 2 / pp 2 ranks).
     DeviceSpec d;
     d.name = "cpu";
     d.memory_bytes = 24683652LL * 1024;  // MemTotal
@@ -42,7 +42,7 @@ std::vector<DeviceSpec> make_table() {
     d.network_bandwidth = d.link_bandwidth;
     d.network_latency_s = d.link_latency_s;
     d.devices_per_node = 1;
-    d.overhead_bytes = 40 * kMiB;
+    d.overhead_bytes = 38 * kMiB;
     d.usable_fraction = 0.9;  // leave the OS and page cache room
     d.shared_by_ranks = true;
     d.source =
@@ -244,10 +244,13 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       const int64_t stage_kv = static_cast<int64_t>(lp.worker_kv_blocks) *
                                KvCache::block_bytes(w.layers, n_head_local, c.head_dim(),
                                                     in.block_size, in.kv);
+      sp.worker_kv_bytes = stage_kv;
+      sp.resident_at_load_bytes = wb + dev.overhead_bytes;
       lp.weight_bytes_per_rank = std::max(lp.weight_bytes_per_rank, wb);
       lp.kv_bytes_per_token = std::max(lp.kv_bytes_per_token, w.kv_per_token);
       lp.worker_kv_bytes = std::max(lp.worker_kv_bytes, stage_kv);
       lp.resident_bytes = std::max(lp.resident_bytes, wb + stage_kv + dev.overhead_bytes);
+      lp.resident_at_load_bytes = std::max(lp.resident_at_load_bytes, wb + dev.overhead_bytes);
       lp.flops_per_token = std::max(lp.flops_per_token, sp.flops_per_token);
       const int64_t free_bytes = lp.memory_per_rank - dev.overhead_bytes - wb;
       const int64_t fit = free_bytes > 0 ? free_bytes / w.kv_per_token : 0;
@@ -429,8 +432,9 @@ std::string plan_text(const Plan& p) {
                           human_bytes(l.kv_bytes_per_token), static_cast<long long>(l.kv_tokens_fit),
                           static_cast<long long>(l.batch_at_context),
                           static_cast<long long>(p.context), gib(l.memory_per_rank));
-    absl::StrAppendFormat(&s, "  ltm-worker         KV %s (%d blocks), resident ~%s per rank\n",
-                          human_bytes(l.worker_kv_bytes), l.worker_kv_blocks, gib(l.resident_bytes));
+    absl::StrAppendFormat(&s, "  ltm-worker         KV %s (%d blocks); resident ~%s at start-up, ~%s with the cache full\n",
+                          human_bytes(l.worker_kv_bytes), l.worker_kv_blocks,
+                          gib(l.resident_at_load_bytes), gib(l.resident_bytes));
     absl::StrAppendFormat(&s, "  FLOPs/token/rank   %.4g\n", l.flops_per_token);
     absl::StrAppendFormat(&s, "  all-reduces/block  2 x %s per token; %s in and out per rank%s\n",
                           human_bytes(l.allreduce_payload_bytes / 2.0),
@@ -461,6 +465,8 @@ std::string plan_json(const Plan& p) {
     for (const StagePlan& sp : l.stages)
       stages.push_back({{"pp_rank", sp.pp_rank}, {"layers", sp.layers},
                         {"weight_bytes_per_rank", sp.weight_bytes},
+                        {"worker_kv_bytes_per_rank", sp.worker_kv_bytes},
+                        {"resident_at_load_bytes_per_rank", sp.resident_at_load_bytes},
                         {"flops_per_token_per_rank", sp.flops_per_token},
                         {"decode_compute_s", sp.decode_compute_s},
                         {"prefill_chunk_compute_s", sp.prefill_compute_s}});
@@ -473,6 +479,7 @@ std::string plan_json(const Plan& p) {
               {"fits", l.fits},
               {"worker_kv_blocks", l.worker_kv_blocks},
               {"worker_kv_bytes_per_rank", l.worker_kv_bytes},
+              {"resident_at_load_bytes_per_rank", l.resident_at_load_bytes},
               {"resident_bytes_per_rank", l.resident_bytes},
               {"flops_per_token_per_rank", l.flops_per_token},
               {"allreduce_payload_bytes_per_block_per_token", l.allreduce_payload_bytes},

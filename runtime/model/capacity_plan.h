@@ -73,6 +73,8 @@ struct StagePlan {
   int pp_rank = 0;
   int64_t layers = 0;
   int64_t weight_bytes = 0;          // per rank of this stage
+  int64_t worker_kv_bytes = 0;       // what ltm-worker allocates for this stage's layers
+  int64_t resident_at_load_bytes = 0;  // weights + overhead
   double flops_per_token = 0;        // per rank, decode at the context
   double decode_compute_s = 0;       // per step, this stage's roofline (no communication)
   double prefill_compute_s = 0;      // per prefill chunk
@@ -91,7 +93,11 @@ struct LayoutPlan {
   // What ltm-worker allocates for this layout with the input's KV settings.
   int32_t worker_kv_blocks = 0;
   int64_t worker_kv_bytes = 0;       // per rank (the largest stage)
-  int64_t resident_bytes = 0;        // weights + worker KV + overhead, per rank
+  // Resident memory per rank (largest stage): at start-up, weights + overhead (the KV cache is
+  // allocated but its pages become resident only as sequences fill them); with the worker's
+  // whole KV cache in use, + worker_kv_bytes.
+  int64_t resident_at_load_bytes = 0;
+  int64_t resident_bytes = 0;
   double flops_per_token = 0;        // per rank (largest stage)
   int64_t allreduce_payload_bytes = 0;    // the two all-reduces of one block, one token: 2 x d x 4
   double allreduce_bytes_moved = 0;       // per rank: payload x 2 (tp - 1) / tp
