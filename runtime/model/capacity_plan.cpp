@@ -29,7 +29,7 @@ std::vector<DeviceSpec> make_table() {
     // AMX ~410 GFLOP/s): GPT-2-124M's prefill agrees by construction, GPT-3 1.3B is the check.
     // Link: MPI over shared memory, allreduce_latency_bench (2 ranks): 2.9-3.7 us for 768 floats,
     // ~1 GB/s for 4 MiB. Overhead: a CPU rank's resident memory besides weights and KV cache
-    // (libraries, OpenMP and OpenBLAS pools, the load's chunk buffers): 36-40 MiB measured with
+    // (libraries, OpenMP and OpenBLAS pools, the load's chunk buffers): 32-40 MiB measured with
     // ltm-worker's memory report at start-up (GPT-2-124M bf16, 1 rank and tp 2 / pp 2 ranks).
     DeviceSpec d;
     d.name = "cpu";
@@ -42,7 +42,7 @@ std::vector<DeviceSpec> make_table() {
     d.network_bandwidth = d.link_bandwidth;
     d.network_latency_s = d.link_latency_s;
     d.devices_per_node = 1;
-    d.overhead_bytes = 38 * kMiB;
+    d.overhead_bytes = 36 * kMiB;
     d.usable_fraction = 0.9;  // leave the OS and page cache room
     d.shared_by_ranks = true;
     d.source =
