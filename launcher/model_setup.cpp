@@ -104,7 +104,11 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
 
   ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
   std::error_code ec;
-  const bool folder = std::filesystem::is_directory(o.model, ec);
+  // --init random: the folder's shape (config.json) with random weights; its files are not read.
+  const bool folder = std::filesystem::is_directory(o.model, ec) && o.init != "random";
+  if (o.init == "checkpoint" && !folder)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--init checkpoint: --model ", o.model, " is a config file, not a checkpoint folder"));
   std::optional<Checkpoint> ckpt;
   std::vector<FileStamp> stamps;
   if (folder) {
