@@ -197,7 +197,8 @@ std::string memory_report(const RankSetup& rs, int block_size) {
                       precision_name(rs.model->weight_precision()), ", KV cache ",
                       mib(rs.kv_bytes), " ", precision_name(rs.kv_precision), " (",
                       rs.n_blocks, " blocks of ", block_size, " tokens), resident ",
-                      mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), ")");
+                      mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), "), loaded in ",
+                      absl::StrFormat("%.1f s", rs.load_seconds));
 }
 
 }  // namespace ltm
