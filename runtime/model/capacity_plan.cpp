@@ -360,7 +360,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     const LayoutPlan& r = plan.layouts[plan.recommended];
     std::string why = absl::StrFormat(
         "tp %d x pp %d: %d of %d layouts fit (%.2f GiB of weights per rank, room for %lld "
-        "sequences of %lld tokens); it decodes a batch of %d fastest (%.0f tokens/s estimated)",
+        "sequences of %lld tokens); it decodes a batch of %d fastest (%.3g tokens/s estimated)",
         r.tp, r.pp, fitting, static_cast<int>(plan.layouts.size()), r.weight_bytes_per_rank / double(kGiB),
         static_cast<long long>(r.batch_at_context), static_cast<long long>(C), in.batch,
         r.decode_tokens_per_s_batch);
@@ -440,7 +440,7 @@ std::string plan_text(const Plan& p) {
                           human_bytes(l.allreduce_payload_bytes / 2.0),
                           human_bytes(l.allreduce_bytes_moved),
                           l.tp == 1 ? " (none: tp 1)" : (l.tp_crosses_nodes ? " (across nodes)" : ""));
-    absl::StrAppendFormat(&s, "  decode             %.3f ms/token (%.1f tokens/s, %s-bound, comm %.3f ms); batch %d: %.0f tokens/s\n",
+    absl::StrAppendFormat(&s, "  decode             %.3f ms/token (%.1f tokens/s, %s-bound, comm %.3f ms); batch %d: %.3g tokens/s\n",
                           l.decode_s_per_token * 1e3, 1.0 / l.decode_s_per_token, l.bound,
                           l.comm_s_per_step * 1e3, in.batch, l.decode_tokens_per_s_batch);
     absl::StrAppendFormat(&s, "  prefill            %.4f ms/token (%.0f tokens/s)\n\n",
