@@ -104,7 +104,11 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
 
   ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
   std::error_code ec;
-  const bool folder = std::filesystem::is_directory(o.model, ec);
+  // --init random: the folder's shape (config.json) with random weights; its files are not read.
+  const bool folder = std::filesystem::is_directory(o.model, ec) && o.init != "random";
+  if (o.init == "checkpoint" && !folder)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--init checkpoint: --model ", o.model, " is a config file, not a checkpoint folder"));
   std::optional<Checkpoint> ckpt;
   std::vector<FileStamp> stamps;
   if (folder) {
@@ -193,7 +197,8 @@ std::string memory_report(const RankSetup& rs, int block_size) {
                       precision_name(rs.model->weight_precision()), ", KV cache ",
                       mib(rs.kv_bytes), " ", precision_name(rs.kv_precision), " (",
                       rs.n_blocks, " blocks of ", block_size, " tokens), resident ",
-                      mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), ")");
+                      mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), "), loaded in ",
+                      absl::StrFormat("%.1f s", rs.load_seconds));
 }
 
 }  // namespace ltm

@@ -19,6 +19,7 @@ po::options_description describe(WorkerOptions* o) {
   po::options_description model("Model");
   model.add_options()
       ("model", po::value(&o->model), "HF GPT-2 folder (config.json, safetensors, vocab.json, merges.txt), or a config .json for random weights (GPT-3 shapes in configs/)")
+      ("init", po::value(&o->init), "checkpoint | random: random weights of the model's shape even for a checkpoint folder (default: a folder's weights, random for a config .json)")
       ("init-seed", po::value(&o->init_seed)->default_value(1), "seed of random weights (config-only model)")
       ("init-std", po::value(&o->init_std)->default_value(0.02f), "std of random weights")
       ("tokenizer", po::value(&o->tokenizer), "folder with vocab.json + merges.txt (default: the model folder)");
@@ -154,6 +155,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   }
   if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");
+  if (!o->init.empty() && o->init != "checkpoint" && o->init != "random")
+    return fail("--init must be checkpoint or random, not '" + o->init + "'");
   // An address without a host serves loopback only: every interface is an explicit 0.0.0.0.
   if (!o->listen.empty() && o->listen.find(':') == std::string::npos &&
       o->listen.find_first_not_of("0123456789") == std::string::npos)

@@ -11,6 +11,7 @@ namespace ltm {
 struct WorkerOptions {
   // Model
   std::string model;            // HF GPT-2 folder, or a config .json (random weights)
+  std::string init;             // --init: "" (a folder's weights, a config's random ones), "checkpoint", "random"
   uint64_t init_seed = 1;       // random weights: seed
   float init_std = 0.02f;       // random weights: std
   std::string tokenizer;        // folder with vocab.json + merges.txt (default: the model folder)

@@ -1,0 +1,166 @@
+// ltm-plan: capacity planner. For a model, a device kind, a weight dtype and a world size, prints
+// what every tp x pp layout holds per rank (weights, KV cache per token, the batch x context that
+// fits), the FLOPs and all-reduce bytes per token, the estimated decode and prefill time per token,
+// and a recommended layout with the reason (runtime/model/capacity_plan.h has the model).
+//
+//   ltm-plan --model configs/gpt3-175b.json --device h100-sxm --world-size 16 --weight-dtype bf16
+//   ltm-plan --model gpt3-6.7b --device cpu --world-size 2 --weight-dtype bf16 --json
+//   ltm-plan --model DIR --memory-gb 48 --bandwidth-gbs 900 --tflops 90 --link-gbs 64 -n 4
+//   ltm-plan --list-devices
+// Exit codes: 0 done; 2 bad command line, model or device.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/capacity_plan.h"
+#include "runtime/model/model_config.h"
+
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ltm-plan: %s\n", message.c_str());
+  return 2;
+}
+
+// A checkpoint folder (its config.json), a config file, or the name of one in configs/.
+absl::StatusOr<ltm::ModelConfig> load_model(const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(model, ec)) return ltm::load_model_config((fs::path(model) / "config.json").string());
+  if (fs::is_regular_file(model, ec)) return ltm::load_model_config(model);
+  const fs::path bundled = fs::path(LTM_SOURCE_DIR) / "configs" / (model + ".json");
+  if (model.find('/') == std::string::npos && fs::is_regular_file(bundled, ec))
+    return ltm::load_model_config(bundled.string());
+  return absl::NotFoundError(absl::StrCat("--model ", model,
+                                          ": no such folder, config file or configs/ name"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace po = boost::program_options;
+  std::string model, device, weight_dtype = "f32", kv_dtype;
+  int world = 1, batch = 32, devices_per_node = 0;
+  int64_t context = 0, prefill_chunk = 512, kv_memory_mb = 0;
+  int32_t block_size = 16;
+  double memory_gb = 0, bandwidth_gbs = 0, tflops = 0, tflops16 = 0, link_gbs = 0,
+         link_latency_us = -1, network_gbs = 0, network_latency_us = -1, overhead_mb = -1;
+  bool json = false, one_shot = false, list = false;
+  po::options_description desc(
+      "usage: ltm-plan --model MODEL (--device KIND | --memory-gb ... ) [--world-size N] [options]\n\n"
+      "ltm-plan options");
+  desc.add_options()
+      ("model", po::value(&model), "checkpoint folder, config .json, or a name in configs/ (gpt3-175b)")
+      ("device", po::value(&device), "cpu | a100-80gb | h100-sxm | h200 (--list-devices); the figure flags below override its figures")
+      ("world-size,n", po::value(&world)->default_value(1), "ranks (tp x pp)")
+      ("weight-dtype", po::value(&weight_dtype)->default_value("f32"), "f32 | bf16 | fp16")
+      ("kv-dtype", po::value(&kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16, as ltm-worker)")
+      ("context", po::value(&context)->default_value(0), "tokens of context per sequence (0: the model's)")
+      ("batch", po::value(&batch)->default_value(32), "sequences decoded together for the throughput estimate and the recommendation")
+      ("prefill-chunk", po::value(&prefill_chunk)->default_value(512), "prompt tokens per prefill step (--max-batch-tokens)")
+      ("kv-memory-mb", po::value(&kv_memory_mb)->default_value(0), "ltm-worker's --kv-memory-mb (0: its default)")
+      ("block-size", po::value(&block_size)->default_value(16), "ltm-worker's --block-size")
+      ("one-shot", po::bool_switch(&one_shot), "size the KV cache as the one-shot command does (default: as a server)")
+      ("memory-gb", po::value(&memory_gb), "device memory, GB (10^9 bytes)")
+      ("bandwidth-gbs", po::value(&bandwidth_gbs), "memory read bandwidth, GB/s")
+      ("tflops", po::value(&tflops), "GEMM rate with f32 weights, TFLOP/s")
+      ("tflops16", po::value(&tflops16), "GEMM rate with 16-bit weights, TFLOP/s (default: --tflops)")
+      ("link-gbs", po::value(&link_gbs), "link bandwidth between devices of a node, GB/s per direction")
+      ("link-latency-us", po::value(&link_latency_us), "latency of one collective on that link, us")
+      ("network-gbs", po::value(&network_gbs), "bandwidth between nodes per device, GB/s (default: --link-gbs)")
+      ("network-latency-us", po::value(&network_latency_us), "latency between nodes, us (default: --link-latency-us)")
+      ("devices-per-node", po::value(&devices_per_node), "devices sharing a node's fast link (default: the device's, 8 for GPUs)")
+      ("overhead-mb", po::value(&overhead_mb), "per-rank memory besides weights and KV cache, MiB")
+      ("json", po::bool_switch(&json), "print one JSON object")
+      ("list-devices", po::bool_switch(&list), "print the built-in device table with its sources")
+      ("help,h", "this help");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ltm-plan: %s\n\n", e.what());
+    std::cerr << desc;
+    return 2;
+  }
+  if (list) {
+    for (const ltm::DeviceSpec& d : ltm::builtin_devices())
+      std::printf("%-10s %6.1f GB, %6.0f GB/s, f32 %.3g FLOP/s, 16-bit %.3g FLOP/s, link %.0f GB/s, "
+                  "network %.0f GB/s\n           source: %s\n",
+                  d.name.c_str(), d.memory_bytes / 1e9, d.memory_bandwidth / 1e9, d.flops_f32,
+                  d.flops_16, d.link_bandwidth / 1e9, d.network_bandwidth / 1e9, d.source.c_str());
+    return 0;
+  }
+  if (model.empty()) return fail("--model is required");
+
+  ltm::PlanInput in;
+  auto config = load_model(model);
+  if (!config.ok()) return fail(std::string(config.status().message()));
+  in.config = *config;
+  if (!device.empty()) {
+    auto d = ltm::find_device(device);
+    if (!d) {
+      std::string names;
+      for (const ltm::DeviceSpec& s : ltm::builtin_devices()) absl::StrAppend(&names, " ", s.name);
+      return fail(absl::StrCat("--device '", device, "' is not in the table (", names.substr(1),
+                               "); give its figures with --memory-gb, --bandwidth-gbs, --tflops and --link-gbs"));
+    }
+    in.device = *d;
+  } else {
+    in.device.name = "custom";
+    in.device.source = "command-line flags";
+    in.device.usable_fraction = 0.95;
+    in.device.link_latency_s = 10e-6;
+  }
+  ltm::DeviceSpec& dev = in.device;
+  if (vm.count("memory-gb")) dev.memory_bytes = static_cast<int64_t>(memory_gb * 1e9);
+  if (vm.count("bandwidth-gbs")) dev.memory_bandwidth = bandwidth_gbs * 1e9;
+  if (vm.count("tflops")) {
+    dev.flops_f32 = tflops * 1e12;
+    if (!vm.count("tflops16") && device.empty()) dev.flops_16 = dev.flops_f32;
+  }
+  if (vm.count("tflops16")) dev.flops_16 = tflops16 * 1e12;
+  if (vm.count("link-gbs")) dev.link_bandwidth = link_gbs * 1e9;
+  if (vm.count("link-latency-us")) dev.link_latency_s = link_latency_us * 1e-6;
+  if (vm.count("network-gbs")) dev.network_bandwidth = network_gbs * 1e9;
+  else if (device.empty()) dev.network_bandwidth = dev.link_bandwidth;
+  if (vm.count("network-latency-us")) dev.network_latency_s = network_latency_us * 1e-6;
+  else if (device.empty()) dev.network_latency_s = dev.link_latency_s;
+  if (vm.count("devices-per-node")) dev.devices_per_node = devices_per_node;
+  if (vm.count("overhead-mb")) dev.overhead_bytes = static_cast<int64_t>(overhead_mb * 1048576);
+  if (dev.devices_per_node < 1) return fail("--devices-per-node must be >= 1");
+  if (dev.link_latency_s < 0 || dev.network_latency_s < 0 || dev.overhead_bytes < 0)
+    return fail("latencies and --overhead-mb must be >= 0");
+
+  if (!ltm::parse_precision(weight_dtype, &in.weights))
+    return fail(absl::StrCat("--weight-dtype '", weight_dtype, "' (f32, bf16 or fp16)"));
+  if (kv_dtype.empty()) {
+    in.kv = in.weights == ltm::Precision::kF32 ? ltm::Precision::kF32 : ltm::Precision::kF16;
+  } else if (!ltm::parse_precision(kv_dtype, &in.kv)) {
+    return fail(absl::StrCat("--kv-dtype '", kv_dtype, "' (f32, bf16 or fp16)"));
+  }
+  in.world_size = world;
+  in.context = context;
+  in.batch = batch;
+  in.prefill_chunk = prefill_chunk;
+  in.kv_memory_mb = kv_memory_mb;
+  in.block_size = block_size;
+  in.serving = !one_shot;
+  if (kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");
+  auto plan = ltm::make_plan(in);
+  if (!plan.ok()) return fail(std::string(plan.status().message()));
+  if (json) {
+    std::printf("%s\n", ltm::plan_json(*plan).c_str());
+  } else {
+    std::printf("%s", ltm::plan_text(*plan).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,212 @@
+// ltm-plan's figures against values computed by hand (in the comments) for GPT-3 125M and 175B.
+#include "runtime/model/capacity_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ltm {
+namespace {
+
+ModelConfig gpt3(int64_t layers, int64_t d, int64_t heads) {
+  ModelConfig c;
+  c.vocab_size = 50257;
+  c.n_positions = 2048;
+  c.n_embd = d;
+  c.n_layer = layers;
+  c.n_head = heads;
+  c.n_inner = 4 * d;
+  return c;
+}
+
+const LayoutPlan& layout(const Plan& p, int tp, int pp) {
+  for (const LayoutPlan& l : p.layouts)
+    if (l.tp == tp && l.pp == pp) return l;
+  ADD_FAILURE() << "no layout tp " << tp << " pp " << pp;
+  static LayoutPlan none;
+  return none;
+}
+
+// A device whose figures make one term of the cost model dominate.
+DeviceSpec custom(double bandwidth, double flops, double link, double latency) {
+  DeviceSpec d;
+  d.name = "test";
+  d.memory_bytes = int64_t{1} << 40;
+  d.memory_bandwidth = bandwidth;
+  d.flops_f32 = d.flops_16 = flops;
+  d.link_bandwidth = d.network_bandwidth = link;
+  d.link_latency_s = d.network_latency_s = latency;
+  d.devices_per_node = 64;
+  return d;
+}
+
+TEST(CapacityPlan, Gpt3_125mByHand) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 1;
+  const Plan p = *make_plan(in);
+  // wte 50257 x 768 + wpe 2048 x 768 + 12 x (12 d^2 + 13 d) + 2 d.
+  EXPECT_EQ(p.parameters, 125226240);
+  EXPECT_EQ(p.parameters_12ld2, 84934656);  // 12 x 12 x 768^2
+  // 2 x (12 x (4 d^2 + 2 d x 4d) + V d) + 4 x 12 x 768 x 2048 (attention at the full context).
+  EXPECT_DOUBLE_EQ(p.flops_per_token, 2.0 * (12 * 7077888.0 + 38597376.0) + 75497472.0);
+  ASSERT_EQ(p.layouts.size(), 1u);
+  const LayoutPlan& l = p.layouts[0];
+  EXPECT_EQ(l.weight_bytes_per_rank, 125226240LL * 4);  // every parameter in fp32
+  EXPECT_EQ(l.kv_bytes_per_token, 2 * 12 * 768 * 4);    // K and V, 12 layers, fp32
+  EXPECT_EQ(l.allreduce_payload_bytes, 2 * 768 * 4);
+  EXPECT_EQ(l.allreduce_bytes_moved, 0);  // tp 1: no all-reduce moves anything
+  EXPECT_TRUE(l.fits);
+  EXPECT_EQ(p.recommended, 0);
+}
+
+TEST(CapacityPlan, Gpt3_125mBf16TensorParallelByHand) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 2;
+  in.weights = Precision::kBF16;
+  in.kv = Precision::kF16;
+  const Plan p = *make_plan(in);
+  const LayoutPlan& tp2 = layout(p, 2, 1);
+  // Per layer: half of each matrix (12 d^2 / 2 elements, bf16) and the vectors (3d/2 + d + 4d/2
+  // + d + 4d fp32); the vocab padded to 50258, half of it; wpe and ln_f fp32.
+  EXPECT_EQ(tp2.weight_bytes_per_rank,
+            12 * ((12 * 768 * 768 / 2) * 2 + (1152 + 768 + 1536 + 768 + 3072) * 4) +
+                25129 * 768 * 2 + 2048 * 768 * 4 + 2 * 768 * 4);
+  EXPECT_EQ(tp2.weight_bytes_per_rank, 130180608);
+  EXPECT_EQ(tp2.kv_bytes_per_token, 2 * 12 * 6 * 64 * 2);  // 6 heads of 64, fp16
+  EXPECT_EQ(tp2.allreduce_bytes_moved, 6144.0 * 2 * 1 / 2);
+  // The host's memory is shared: each of the 2 ranks gets half.
+  EXPECT_EQ(tp2.memory_per_rank, static_cast<int64_t>(in.device.memory_bytes * 0.9 / 2));
+  const LayoutPlan& pp2 = layout(p, 1, 2);
+  ASSERT_EQ(pp2.stages.size(), 2u);
+  EXPECT_EQ(pp2.stages[0].layers + pp2.stages[1].layers, 12);
+}
+
+TEST(CapacityPlan, Gpt3_175bOnSixteenH100sByHand) {
+  PlanInput in;
+  in.config = gpt3(96, 12288, 96);
+  in.device = *find_device("h100-sxm");
+  in.world_size = 16;
+  in.weights = Precision::kBF16;
+  in.kv = Precision::kF16;
+  const Plan p = *make_plan(in);
+  EXPECT_EQ(p.parameters, 174604259328);
+  EXPECT_EQ(p.parameters_12ld2, 173946175488);
+  ASSERT_EQ(p.layouts.size(), 5u);  // tp 1, 2, 4, 8, 16
+  const LayoutPlan& l = layout(p, 8, 2);
+  ASSERT_EQ(l.stages.size(), 2u);
+  EXPECT_EQ(l.stages[0].layers, 48);
+  EXPECT_EQ(l.stages[1].layers, 48);
+  // Stage 0: 48 x (12 d^2 / 8 bf16 + (3d/8 + d + 4d/8 + d + 4d) fp32) + wte rows 50264 / 8 x d
+  // bf16 + wpe 2048 x d fp32; stage 1: the same layers and wte, ln_f instead of wpe.
+  const int64_t d = 12288;
+  const int64_t layer = (12 * d * d / 8) * 2 + (3 * d / 8 + d + 4 * d / 8 + d + 4 * d) * 4;
+  EXPECT_EQ(l.stages[0].weight_bytes, 48 * layer + 6283 * d * 2 + 2048 * d * 4);
+  EXPECT_EQ(l.stages[0].weight_bytes, 22014566400);
+  EXPECT_EQ(l.stages[1].weight_bytes, 48 * layer + 6283 * d * 2 + 2 * d * 4);
+  EXPECT_EQ(l.weight_bytes_per_rank, 22014566400);
+  EXPECT_EQ(l.kv_bytes_per_token, 2 * 48 * 12 * 128 * 2);  // 294912: 12 heads of 128, fp16
+  EXPECT_EQ(l.allreduce_payload_bytes, 98304);             // 2 x 12288 x 4
+  EXPECT_DOUBLE_EQ(l.allreduce_bytes_moved, 98304.0 * 2 * 7 / 8);
+  // 2 x (96 x 12 d^2 + V d) + 4 x 96 x d x 2048.
+  EXPECT_DOUBLE_EQ(p.flops_per_token,
+                   2.0 * (96.0 * 12 * d * d + 50257.0 * d) + 4.0 * 96 * d * 2048);
+  // Memory: 80 GB x 0.95 - 2 GiB overhead - weights, over 294912 bytes per token.
+  const int64_t free_bytes = static_cast<int64_t>(80e9 * 0.95) - (int64_t{2} << 30) - 22014566400;
+  EXPECT_EQ(l.kv_tokens_fit, free_bytes / 294912);
+  EXPECT_EQ(l.batch_at_context, l.kv_tokens_fit / 2048);
+  EXPECT_TRUE(layout(p, 16, 1).tp_crosses_nodes);
+  EXPECT_FALSE(l.tp_crosses_nodes);
+  // TP inside the 8-GPU node, the two stages across nodes: the planner's choice too.
+  ASSERT_GE(p.recommended, 0);
+  EXPECT_EQ(p.layouts[p.recommended].tp, 8);
+  EXPECT_EQ(p.layouts[p.recommended].pp, 2);
+  EXPECT_NE(p.reason.find("inside a node"), std::string::npos) << p.reason;
+  // The JSON carries the same figures.
+  const nlohmann::json j = nlohmann::json::parse(plan_json(p));
+  EXPECT_EQ(j["parameters"], 174604259328);
+  EXPECT_EQ(j["recommended"]["tp"], 8);
+  EXPECT_EQ(j["layouts"][3]["weight_bytes_per_rank"], 22014566400);
+}
+
+TEST(CapacityPlan, DecodeIsWeightsAndKvOverBandwidth) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = custom(1e11, 1e30, 1e30, 0);
+  in.world_size = 1;
+  in.context = 1000;
+  const Plan p = *make_plan(in);
+  const LayoutPlan& l = p.layouts[0];
+  // Every weight but wpe (only one row is read) plus 1000 tokens of K and V.
+  const double bytes = 125226240.0 * 4 - 2048 * 768 * 4 + 1000.0 * 2 * 12 * 768 * 4;
+  EXPECT_NEAR(l.decode_s_per_token, bytes / 1e11, 1e-12);
+  EXPECT_EQ(l.bound, "memory bandwidth");
+}
+
+TEST(CapacityPlan, AllReduceCostIsLatencyPlusRingShareOverLink) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = custom(1e30, 1e30, 1e9, 5e-6);
+  in.world_size = 4;
+  const Plan p = *make_plan(in);
+  const LayoutPlan& l = layout(p, 4, 1);
+  // 2 per layer + the embedding's, each 5 us + 2 (4-1)/4 x 768 x 4 bytes / 1 GB/s; plus the
+  // greedy candidates' exchange (one latency).
+  const double one = 5e-6 + 1.5 * 768 * 4 / 1e9;
+  EXPECT_NEAR(l.comm_s_per_step, 25 * one + 5e-6, 1e-12);
+  EXPECT_NEAR(l.decode_s_per_token, l.comm_s_per_step, 1e-9);
+  EXPECT_EQ(l.bound, "communication");
+  // Pipeline: 4 hops of one activation row (3 between stages, 1 back to rank 0), no all-reduce.
+  const LayoutPlan& pp4 = layout(p, 1, 4);
+  EXPECT_NEAR(pp4.comm_s_per_step, 4 * (5e-6 + 768 * 4 / 1e9), 1e-12);
+}
+
+TEST(CapacityPlan, InvalidLayoutsAndModelsThatDoNotFit) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 8;
+  const Plan p = *make_plan(in);
+  EXPECT_NE(layout(p, 8, 1).invalid.find("12 attention heads"), std::string::npos)
+      << layout(p, 8, 1).invalid;
+  EXPECT_TRUE(layout(p, 4, 2).invalid.empty());
+
+  PlanInput big;
+  big.config = gpt3(96, 12288, 96);
+  big.device = *find_device("cpu");
+  big.world_size = 2;
+  const Plan q = *make_plan(big);
+  EXPECT_EQ(q.recommended, -1);
+  EXPECT_NE(q.reason.find("no layout fits"), std::string::npos) << q.reason;
+  for (const LayoutPlan& l : q.layouts) EXPECT_FALSE(l.fits);
+
+  in.world_size = 0;
+  EXPECT_FALSE(make_plan(in).ok());
+  in.world_size = 1;
+  in.context = 4096;  // past the model's 2048
+  EXPECT_FALSE(make_plan(in).ok());
+  EXPECT_FALSE(find_device("tpu").has_value());
+  EXPECT_TRUE(find_device("H100-SXM").has_value());
+}
+
+TEST(CapacityPlan, WorkerKvCacheFollowsItsSizingPolicy) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 2;
+  in.serving = true;  // 1024 MiB per rank
+  const Plan p = *make_plan(in);
+  const LayoutPlan& l = layout(p, 2, 1);
+  // A block of 16 tokens: 2 x 12 layers x 6 heads x 64 x 16 x 4 bytes = 589824.
+  EXPECT_EQ(l.worker_kv_blocks, (int64_t{1024} << 20) / 589824);
+  EXPECT_EQ(l.worker_kv_bytes, int64_t{l.worker_kv_blocks} * 589824);
+  in.serving = false;  // one-shot: one full context
+  const Plan q = *make_plan(in);
+  EXPECT_EQ(layout(q, 2, 1).worker_kv_blocks, 2048 / 16);
+}
+
+}  // namespace
+}  // namespace ltm
