@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/memory.h"
 #include "launcher/model_setup.h"
+#include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
 #include "runtime/serve/auth.h"
 #include "runtime/serve/grpc_server.h"
@@ -227,10 +228,8 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
                  std::string(server.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "ltm-worker: serving %s on %s (tp %d, pp %d, %d KV blocks of %d tokens)\n",
-               info.model_name.c_str(), (*server)->address().c_str(), o.tp, o.pp, rs.n_blocks,
-               o.block_size);
-  std::fflush(stderr);
+  spdlog::info("serving {} on {} (tp {}, pp {}, {} KV blocks of {} tokens)", info.model_name,
+               (*server)->address(), o.tp, o.pp, rs.n_blocks, o.block_size);
 
   // SIGTERM, SIGINT or SIGUSR1 (what mpirun forwards to every rank; launcher/ltm-mpirun turns
   // its own SIGTERM into it): stop taking requests, finish (or after --drain-timeout cancel) the
@@ -252,8 +251,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (done.load()) return;
-    std::fprintf(stderr, "ltm-worker: signal %d: draining (up to %.1f s)\n", g_signal.load(),
-                 o.drain_timeout_s);
+    spdlog::info("signal {}: draining (up to {:.1f} s)", g_signal.load(), o.drain_timeout_s);
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
     (*server)->begin_drain();
     scheduler.stop(Clock::now() + std::chrono::duration_cast<Clock::duration>(drain));
@@ -263,7 +261,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   watcher.join();
   (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   parallel::set_abort_hook(nullptr);  // the scheduler goes out of scope
-  std::fprintf(stderr, "ltm-worker: drained, exiting\n");
+  spdlog::info("drained, exiting");
   return 0;
 }
 
@@ -281,7 +279,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   RankSetup& rs = **setup;
   // Each rank reports its memory at start-up when serving (or asked to be verbose).
   if (!o.listen.empty() || o.verbose)
-    std::fprintf(stderr, "ltm-worker: %s\n", memory_report(rs, o.block_size).c_str());
+    spdlog::info("{}", memory_report(rs, o.block_size));
   if (rs.world->rank() != 0) {
     if (!o.listen.empty()) {
       // A server's other ranks stop when rank 0 releases them after draining; the signals that
@@ -321,6 +319,8 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       } else {
         code = serve(o, rs, *tokenizer);
       }
+    } else if (!o.perplexity.empty()) {
+      code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);
     } else {
       code = one_shot(o, rs, tokenizer ? &*tokenizer : nullptr);
     }
