@@ -25,6 +25,7 @@
 #include "common/memory.h"
 #include "common/logging.h"
 #include "common/openmp_wait.h"
+#include "common/version.h"
 #include "launcher/model_setup.h"
 #include "runtime/serve/scheduler.h"
 
@@ -115,12 +116,17 @@ int main(int argc, char** argv) {
       ("kv-dtype", po::value(&o.kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16)")
       ("skip-limits", po::bool_switch(&skip_limits), "do not measure bandwidth and sgemm peak")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
-      ("help,h", "this help");
+      ("help,h", "this help")
+      ("version", "print the version and exit");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << desc;
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << ltm::version_line("ltm-bench");
       return 0;
     }
     po::notify(vm);

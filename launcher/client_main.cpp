@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/version.h"
 #include "launcher/client_connection.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
   ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
       ("help,h", "print this help")
+      ("version", "print the version and exit")
       ("prompt", po::value(&prompt), "prompt text")
       ("prompt-ids", po::value(&prompt_ids_text), "prompt as token ids, comma-separated")
       ("max-new-tokens", po::value(&max_new_tokens), "tokens to generate at most (server default 16)")
@@ -147,6 +149,10 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << ltm::version_line("ltm-client");
       return 0;
     }
     po::notify(vm);

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/version.h"
 #include "launcher/client_connection.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
   ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
       ("help,h", "print this help")
+      ("version", "print the version and exit")
       ("concurrency", po::value(&o.concurrency)->default_value(o.concurrency), "calls in flight")
       ("duration-s", po::value(&o.duration_s)->default_value(o.duration_s),
        "start no call after this many seconds (at most 86400)")
@@ -176,6 +178,10 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << ltm::version_line("ltm-loadgen");
       return 0;
     }
     po::notify(vm);

@@ -11,8 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "common/memory.h"
 #include "common/check.h"
+#include "common/logging.h"
 #include "parallel/partition.h"
 #include "runtime/model/load_guard.h"
+#include "runtime/model/load_progress.h"
 
 namespace ltm {
 
@@ -78,6 +80,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   parallel::WatchdogOptions wopts;
   wopts.timeout_s = o.collective_timeout_s;
   rs->world = std::make_unique<parallel::MpiWorld>(argc, argv, wopts);
+  set_log_rank(rs->world->rank());
 
   // The model's shape first: a layout that cannot work is refused before any weight is read.
   LTM_ASSIGN_OR_RETURN(ModelConfig config, load_config_for(o.model));
@@ -115,6 +118,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     stamps = stamp_checkpoint_files(o.model);  // before opening: a change while loading shows
     LTM_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(o.model));
     rs->checkpoint_dtype = opened.dtype("wte.weight");
+    spdlog::info("opened checkpoint {}: {} layers, n_embd {}, vocab {}, {} weights",
+                 o.model, config.n_layer, config.n_embd, config.vocab_size,
+                 dtype_name(*rs->checkpoint_dtype));
     ckpt.emplace(std::move(opened));
   }
   LTM_ASSIGN_OR_RETURN(const Precisions precisions, choose_precisions(o, rs->checkpoint_dtype));
@@ -133,6 +139,13 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   } else {
     inner = make_random_source(config, o.init_seed, o.init_std);
   }
+  // Progress of the read (a status line on rank 0's terminal, else one line when done).
+  inner = make_progress_source(
+      std::move(inner),
+      static_cast<uint64_t>(weight_bytes_per_rank(config, shard, Precision::kF32) / 4),
+      rs->checkpoint_dtype ? static_cast<int>(dtype_size(*rs->checkpoint_dtype)) : 4,
+      rs->world->rank() == 0 && stderr_is_terminal());
+  ProgressSource* progress = static_cast<ProgressSource*>(inner.get());
   // Every weight is copied at load (none used in place), so a checkpoint file that is truncated
   // or rewritten later cannot SIGBUS a serving rank (runtime/model/load_guard.h).
   std::unique_ptr<GuardedSource> guarded = make_guarded_source(std::move(inner), o.check_weights);
@@ -147,6 +160,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of memory while loading the weights (", expected_bytes, " bytes on this rank)"));
   }
+  progress->finish();
   LTM_RETURN_IF_ERROR(guard->status());
   LTM_RETURN_IF_ERROR(verify_unchanged(stamps));
 
@@ -165,6 +179,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   sizing.n_head_local = rs->model->n_head_local();
   sizing.head_dim = config.head_dim();
   sizing.n_positions = config.n_positions;
+  // --perplexity runs windows of up to n_positions tokens (+ the one sampled after each), 8 at a
+  // time by default: size the one-shot cache for that.
+  if (!o.perplexity.empty()) sizing.n_positions = 8 * (config.n_positions + o.block_size);
   sizing.block_size = o.block_size;
   sizing.kv_memory_mb = o.kv_memory_mb;
   sizing.serving = !o.listen.empty();

@@ -31,5 +31,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ltm-worker: %s\n\n%s", error.c_str(), ltm::worker_usage().c_str());
     return 2;
   }
+  if (options.verbose) spdlog::set_level(spdlog::level::debug);
   return ltm::run_worker(options, &argc, &argv);
 }

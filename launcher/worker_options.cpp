@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "common/version.h"
+
 #include <boost/program_options.hpp>
 
 #include "absl/strings/numbers.h"
@@ -37,7 +39,9 @@ po::options_description describe(WorkerOptions* o) {
       ("ignore-eos", po::bool_switch(&o->ignore_eos), "do not stop at the end-of-text token")
       ("output", po::value(&o->output)->default_value("text"), "text | json")
       ("dump-logits", po::value(&o->dump_logits), "write float32 .npy [generated, vocab]: the logits each new token was chosen from")
-      ("dump-prompt-logits", po::value(&o->dump_prompt_logits), "write float32 .npy [prompt, vocab]: the logits at every prompt position");
+      ("dump-prompt-logits", po::value(&o->dump_prompt_logits), "write float32 .npy [prompt, vocab]: the logits at every prompt position")
+      ("perplexity", po::value(&o->perplexity), "print the perplexity of the model on this text file (non-overlapping windows; launcher/perplexity.h) instead of generating")
+      ("perplexity-window", po::value(&o->perplexity_window)->default_value(0), "tokens per --perplexity window (0: the model's context)");
   po::options_description run("Layout and resources");
   run.add_options()
       ("tp", po::value(&o->tp)->default_value(1), "tensor-parallel ranks per stage")
@@ -70,7 +74,8 @@ po::options_description describe(WorkerOptions* o) {
       ("check-weights", po::bool_switch(&o->check_weights), "refuse weights that hold NaN or Inf (reads every weight once more at load)")
       ("http", po::value(&o->http), "also serve the OpenAI completions API, /health and /metrics over HTTP on ADDR:PORT (rank 0; needs --listen)")
       ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
-      ("help,h", "this help");
+      ("help,h", "this help")
+      ("version", "print the version and exit");
   po::options_description all("ltm-worker options");
   all.add(model).add(gen).add(run).add(serve);
   return all;
@@ -94,6 +99,7 @@ std::string worker_usage() {
   WorkerOptions o;
   std::ostringstream s;
   s << "usage: ltm-worker --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+       "       ltm-worker --model DIR --perplexity FILE [--output json] [options]\n"
        "       mpirun -n N ltm-worker --model DIR --tp T --pp P --listen ADDR:PORT [options]\n\n"
     << describe(&o);
   return s.str();
@@ -106,6 +112,10 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     if (vm.count("help")) {
       std::printf("%s", worker_usage().c_str());
+      return ParseResult::kHelp;
+    }
+    if (vm.count("version")) {
+      std::printf("%s", version_line("ltm-worker").c_str());
       return ParseResult::kHelp;
     }
     po::notify(vm);
@@ -128,8 +138,11 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   };
   if (o->model.empty()) return fail("--model is required");
   if (o->has_prompt && o->has_prompt_ids) return fail("give --prompt or --prompt-ids, not both");
-  if (o->listen.empty() && !o->has_prompt && !o->has_prompt_ids)
-    return fail("give --prompt or --prompt-ids (one-shot), or --listen ADDR:PORT (serve)");
+  if (!o->perplexity.empty() && (o->has_prompt || o->has_prompt_ids || !o->listen.empty()))
+    return fail("--perplexity FILE is a mode of its own: give it without --prompt, --prompt-ids or --listen");
+  if (o->perplexity_window < 0) return fail("--perplexity-window must be >= 0");
+  if (o->listen.empty() && !o->has_prompt && !o->has_prompt_ids && o->perplexity.empty())
+    return fail("give --prompt or --prompt-ids (one-shot), --perplexity FILE, or --listen ADDR:PORT (serve)");
   if (o->has_prompt_ids && o->prompt_ids.empty()) return fail("--prompt-ids: no ids given");
   if (o->max_new_tokens < 1) return fail("--max-new-tokens must be at least 1");
   if (o->output != "text" && o->output != "json")

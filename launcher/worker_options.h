@@ -30,6 +30,8 @@ struct WorkerOptions {
   std::string output = "text";  // text | json
   std::string dump_logits;
   std::string dump_prompt_logits;
+  std::string perplexity;        // --perplexity FILE: score FILE instead of generating
+  int64_t perplexity_window = 0; // tokens per window (0: n_positions)
   // Layout and resources
   int tp = 1;
   int pp = 1;

@@ -17,6 +17,7 @@
 #include "common/exit_codes.h"
 #include "common/memory.h"
 #include "launcher/model_setup.h"
+#include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
 #include "runtime/serve/auth.h"
 #include "runtime/serve/grpc_server.h"
@@ -276,12 +277,11 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
     absl::Status ws = scheduler.submit(std::move(warmup), [&warm](GenerationEvent ev) {
       if (ev.finished) warm.store(ev.finish_reason != FinishReason::kError);
     });
-    if (!ws.ok()) std::fprintf(stderr, "ltm-worker: warm-up request: %s\n", ws.ToString().c_str());
+    if (!ws.ok()) spdlog::warn("warm-up request: {}", ws.ToString());
   }
-  std::fprintf(stderr, "ltm-worker: serving %s on %s%s%s (tp %d, pp %d, %d KV blocks of %d tokens)\n",
-               info.model_name.c_str(), (*server)->address().c_str(), http ? ", HTTP on " : "",
-               http ? http->address().c_str() : "", o.tp, o.pp, rs.n_blocks, o.block_size);
-  std::fflush(stderr);
+  spdlog::info("serving {} on {}{}{} (tp {}, pp {}, {} KV blocks of {} tokens)", info.model_name,
+               (*server)->address(), http ? ", HTTP on " : "", http ? http->address() : "", o.tp,
+               o.pp, rs.n_blocks, o.block_size);
 
   // SIGTERM, SIGINT or SIGUSR1 (what mpirun forwards to every rank; launcher/ltm-mpirun turns
   // its own SIGTERM into it): stop taking requests, finish (or after --drain-timeout cancel) the
@@ -303,8 +303,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (done.load()) return;
-    std::fprintf(stderr, "ltm-worker: signal %d: draining (up to %.1f s)\n", g_signal.load(),
-                 o.drain_timeout_s);
+    spdlog::info("signal {}: draining (up to {:.1f} s)", g_signal.load(), o.drain_timeout_s);
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
     (*server)->begin_drain();
     if (http) http->begin_drain();
@@ -316,7 +315,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (http) http->shutdown(Clock::now() + std::chrono::seconds(5));
   parallel::set_abort_hook(nullptr);  // the scheduler goes out of scope
-  std::fprintf(stderr, "ltm-worker: drained, exiting\n");
+  spdlog::info("drained, exiting");
   return 0;
 }
 
@@ -334,7 +333,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   RankSetup& rs = **setup;
   // Each rank reports its memory at start-up when serving (or asked to be verbose).
   if (!o.listen.empty() || o.verbose)
-    std::fprintf(stderr, "ltm-worker: %s\n", memory_report(rs, o.block_size).c_str());
+    spdlog::info("{}", memory_report(rs, o.block_size));
   if (rs.world->rank() != 0) {
     if (!o.listen.empty()) {
       // A server's other ranks stop when rank 0 releases them after draining; the signals that
@@ -374,6 +373,8 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       } else {
         code = serve(o, rs, *tokenizer);
       }
+    } else if (!o.perplexity.empty()) {
+      code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);
     } else {
       code = one_shot(o, rs, tokenizer ? &*tokenizer : nullptr);
     }

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "common/logging.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "ltm/v1/ltm.grpc.pb.h"
 #include "runtime/serve/auth.h"
@@ -201,7 +202,8 @@ class GenerationCallCore {
         // The error's kind is its code (Unavailable: the group is gone; Internal: this request).
         const absl::Status s = event.status.ok() ? absl::InternalError("the engine failed")
                                                  : event.status;
-        spdlog::warn("request {}: {}", request_id_, s.ToString());
+        LogRequestScope scope(request_id_);
+        spdlog::warn("{}", s.ToString());
         return to_grpc(s);
       }
       case FinishReason::kCancelled:

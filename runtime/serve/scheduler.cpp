@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace ltm {
 
@@ -120,6 +121,14 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   }
   blocks_.release(seq->blocks);
   seq->blocks.clear();
+  {
+    // One line per request (debug level: ltm-worker -v): its id is in the line's context.
+    LogRequestScope scope(seq->req.request_id);
+    const std::string why = ev.status.ok() ? std::string() : absl::StrCat(": ", ev.status.ToString());
+    spdlog::log(reason == FinishReason::kError ? spdlog::level::warn : spdlog::level::debug,
+                "finished: {} ({} prompt + {} new tokens, {:.3f} s){}", finish_reason_name(reason),
+                ev.prompt_tokens, ev.completion_tokens, ev.total_time_s, why);
+  }
   emit(seq, std::move(ev));
   std::lock_guard<std::mutex> lock(mu_);
   stats_.requests_served++;
