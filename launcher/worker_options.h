@@ -58,6 +58,13 @@ struct WorkerOptions {
   int32_t max_streams_per_connection = 256;
   int64_t request_memory_mb = 256;  // gRPC ResourceQuota
   bool check_weights = false;   // refuse NaN/Inf weights at load
+  // LoRA adapters (launcher/lora_setup.h)
+  std::vector<std::string> lora;  // NAME=DIR, loaded at start-up (repeatable)
+  bool lora_merge = false;      // fold the one --lora into the weights
+  std::string lora_dir;         // LoadAdapter finds adapters here by name
+  int32_t lora_max_rank = 64;
+  int32_t lora_max_adapters = 16;
+  std::string adapter;          // one-shot: the --lora adapter to generate with
 };
 
 enum class ParseResult { kOk, kHelp, kError };
