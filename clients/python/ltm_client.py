@@ -61,10 +61,11 @@ FINISH_REASONS = {
 
 def make_request(prompt=None, *, prompt_token_ids=None, max_new_tokens=None, temperature=None,
                  top_k=None, top_p=None, repetition_penalty=None, seed=None, stop=(),
-                 return_logprobs=False, request_id="", ignore_eos=False):
-    """A GenerateRequest; None leaves a field unset (the server's default applies)."""
+                 return_logprobs=False, request_id="", ignore_eos=False, adapter=""):
+    """A GenerateRequest; None leaves a field unset (the server's default applies). `adapter`
+    names a loaded LoRA adapter ("" = the base model)."""
     req = ltm_pb2.GenerateRequest(stop=list(stop), return_logprobs=return_logprobs,
-                                  request_id=request_id, ignore_eos=ignore_eos)
+                                  request_id=request_id, ignore_eos=ignore_eos, adapter=adapter)
     if prompt is not None:
         req.prompt = prompt
     if prompt_token_ids is not None:
@@ -149,6 +150,22 @@ class LtmClient:
         resp = self._stub.Tokenize(ltm_pb2.TokenizeRequest(token_ids=list(token_ids)),
                                    timeout=self._timeout(timeout), metadata=self._metadata)
         return resp.text
+
+    def load_adapter(self, name, *, timeout=None):
+        """Loads the LoRA adapter folder `name` of the server's --lora-dir; its AdapterInfo."""
+        return self._stub.LoadAdapter(ltm_pb2.LoadAdapterRequest(name=name),
+                                      timeout=self._timeout(timeout), metadata=self._metadata)
+
+    def unload_adapter(self, name, *, force=False, timeout=None):
+        """Unloads an adapter once no request uses it (force: ends those requests, ABORTED)."""
+        return self._stub.UnloadAdapter(ltm_pb2.UnloadAdapterRequest(name=name, force=force),
+                                        timeout=self._timeout(timeout), metadata=self._metadata)
+
+    def list_adapters(self, *, timeout=None):
+        """AdapterInfo of the loaded adapters and of the --lora-dir folders not loaded."""
+        return list(self._stub.ListAdapters(ltm_pb2.ListAdaptersRequest(),
+                                            timeout=self._timeout(timeout),
+                                            metadata=self._metadata).adapters)
 
     def model_info(self, *, timeout=None):
         """The ModelInfo message: model shape, deployment, live load."""
