@@ -105,7 +105,8 @@ reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
                                 temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.2,
                                 seed=42, stop=["\n", "."], return_logprobs=True,
                                 request_id="req-1", ignore_eos=True),
-        ltm_pb2.GenerateRequest(prompt="Grüße 🙂", stop=["x" * 1024] * 16, request_id="r" * 256)]
+        ltm_pb2.GenerateRequest(prompt="Grüße 🙂", stop=["x" * 1024] * 16, request_id="r" * 256),
+        ltm_pb2.GenerateRequest(prompt="Hello", max_new_tokens=4, adapter="sql-lora")]
 for i, r in enumerate(reqs):
     out("request_fuzz", f"req{i}", r.SerializeToString())
 out("request_fuzz", "many-stops", b"".join(b"\x4a\x01x" for _ in range(100)))
