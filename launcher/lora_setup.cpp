@@ -1,5 +1,6 @@
 #include "launcher/lora_setup.h"
 
+#include <cstdio>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -49,8 +50,12 @@ std::string check_lora_options(const WorkerOptions& o) {
 
 absl::Status load_startup_adapters(const WorkerOptions& o, Scheduler& scheduler) {
   if (o.lora_merge) return absl::OkStatus();
-  for (const LoraSpec& spec : lora_specs(o))
+  for (const LoraSpec& spec : lora_specs(o)) {
     LTM_RETURN_IF_ERROR(scheduler.load_adapter(spec.name, spec.dir));
+    if (!o.listen.empty() || o.verbose)
+      std::fprintf(stderr, "ltm-worker: LoRA adapter %s loaded from %s\n", spec.name.c_str(),
+                   spec.dir.c_str());
+  }
   return absl::OkStatus();
 }
 

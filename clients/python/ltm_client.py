@@ -215,6 +215,7 @@ def main(argv=None):
     p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True,
                    help="stream tokens as they come (default) or make one unary call")
     p.add_argument("--logprobs", action="store_true", help="print token ids and logprobs")
+    p.add_argument("--adapter", default="", help="generate with this loaded LoRA adapter")
     p.add_argument("--timeout-s", type=float, help="deadline of each call in seconds")
     p.add_argument("--info", action="store_true", help="print the model and server information")
     p.add_argument("--tokenize", metavar="TEXT", help="print the token ids of TEXT")
@@ -255,7 +256,8 @@ def main(argv=None):
                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                           repetition_penalty=args.repetition_penalty, seed=args.seed,
                           stop=args.stop, return_logprobs=args.logprobs,
-                          request_id=args.request_id, ignore_eos=args.ignore_eos)
+                          request_id=args.request_id, ignore_eos=args.ignore_eos,
+                          adapter=args.adapter)
             if not args.stream:
                 resp = client.generate(args.prompt, **kwargs)
                 print(resp.text, flush=True)

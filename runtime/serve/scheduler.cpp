@@ -69,7 +69,9 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
     if (stats_.queue_depth >= options_.max_queue)
       return absl::ResourceExhaustedError(
           absl::StrCat("queue is full (", options_.max_queue, " requests waiting); retry later"));
-    if (!seq->req.adapter.empty()) {
+    const bool merged = std::any_of(merged_.begin(), merged_.end(),
+                                    [&](const AdapterStatus& m) { return m.name == seq->req.adapter; });
+    if (!seq->req.adapter.empty() && !merged) {  // the merged adapter is the weights themselves
       auto it = adapters_.find(seq->req.adapter);
       if (it == adapters_.end())
         return absl::NotFoundError(absl::StrCat(

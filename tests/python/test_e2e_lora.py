@@ -204,6 +204,7 @@ def test_merged_serves_what_unmerged_does(lora_server, small_model, tmp_path):
         info = c.model_info()
         assert [(a.name, a.merged, a.rank) for a in info.adapters] == [("b", True, 8)]
         assert list(c.generate(**dict(r, adapter="")).token_ids) == unmerged
+        assert list(c.generate(**r).token_ids) == unmerged  # its name: the weights themselves
         with pytest.raises(grpc.RpcError) as e:
             c.load_adapter("a")
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
