@@ -636,9 +636,14 @@ class Service final
   }
 
   absl::Status adapters_enabled() const {
-    if (!state_->info.adapter_op)
-      return absl::FailedPreconditionError("this server does not serve LoRA adapters");
-    return absl::OkStatus();
+    if (state_->info.adapter_op) return absl::OkStatus();
+    if (state_->info.adapters)
+      for (const AdapterStatus& a : state_->info.adapters())
+        if (a.merged)
+          return absl::FailedPreconditionError(absl::StrCat(
+              "adapter \"", a.name, "\" is merged into this server's weights (--lora-merge); "
+              "adapters cannot be loaded or unloaded here"));
+    return absl::FailedPreconditionError("this server does not serve LoRA adapters");
   }
 
   std::shared_ptr<State> state_;

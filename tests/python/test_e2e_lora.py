@@ -208,6 +208,7 @@ def test_merged_serves_what_unmerged_does(lora_server, small_model, tmp_path):
         with pytest.raises(grpc.RpcError) as e:
             c.load_adapter("a")
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "merged into this server's weights" in e.value.details()
 
 
 def test_preempted_requests_keep_their_adapter(preempt_model, tmp_path):
