@@ -25,6 +25,7 @@
 #include "kernels/cpu/gemm.h"
 #include "common/memory.h"
 #include "common/logging.h"
+#include "common/openmp_wait.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
 #include "runtime/serve/scheduler.h"
@@ -95,6 +96,7 @@ double measure_sgemm_peak(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::bound_openmp_spin(argv);  // first: may exec this program again (common/openmp_wait.h)
   ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
@@ -175,7 +177,11 @@ int main(int argc, char** argv) {
     rs.engine->shutdown();
     return 2;
   }
-  ltm::SchedulerOptions sopts{o.max_batch_tokens, batch, std::max(1, batch), 1};  // every sequence queued at once
+  ltm::SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = batch;
+  sopts.max_queue = batch;  // every sequence is queued before the run
+  sopts.micro_batches = 1;
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = std::max<int32_t>(16, static_cast<int32_t>(o.lora.size()));
   ltm::Scheduler scheduler(*rs.engine, nullptr, c, rs.n_blocks, o.block_size, sopts);

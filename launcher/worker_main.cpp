@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/openmp_wait.h"
 #include "launcher/worker_options.h"
 #include "launcher/worker_run.h"
 
 int main(int argc, char** argv) {
+  ltm::bound_openmp_spin(argv);  // first: may exec this program again (common/openmp_wait.h)
   ltm::log_to_stderr();
   ltm::WorkerOptions options;
   std::string error;

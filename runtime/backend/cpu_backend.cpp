@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/check.h"
+#include "common/openmp_wait.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -27,7 +28,8 @@ CpuBackend::CpuBackend(int n_threads) {
 }
 
 std::string CpuBackend::describe() const {
-  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS, ", kernels::cpu::isa_name(), ")");
+  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS, ", kernels::cpu::isa_name(),
+                      ", OpenMP spin ", openmp_spin_setting(), ")");
 }
 
 DeviceBuffer CpuBackend::alloc(size_t bytes) {
