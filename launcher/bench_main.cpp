@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   struct Pass {
     double prefill_s = 0, decode_s = 0, prefill_tps = 0, decode_tps = 0;
     double cpu_s = 0;  // CPU time of the whole pass, every thread of the process
+    double stage_s = 0, lora_s = 0;  // rank 0's Model::run_stage time, and its LoRA products
     int64_t generated = 0;
   };
   auto cpu_now = [] {
@@ -211,6 +212,7 @@ int main(int argc, char** argv) {
     int64_t generated = 0;
     const auto t0 = Clock::now();
     const double cpu0 = cpu_now();
+    const double stage0 = rs.model->stage_seconds(), lora0 = rs.model->lora_seconds();
     for (int b = 0; b < batch; ++b) {
       ltm::GenerationRequest req;
       for (int i = 0; i < prompt_tokens; ++i)
@@ -236,6 +238,8 @@ int main(int argc, char** argv) {
     scheduler.run_until_idle();
     Pass p;
     p.cpu_s = cpu_now() - cpu0;
+    p.stage_s = rs.model->stage_seconds() - stage0;
+    p.lora_s = rs.model->lora_seconds() - lora0;
     const auto prefill_end = *std::max_element(first.begin(), first.end());
     const auto decode_end = *std::max_element(last.begin(), last.end());
     p.prefill_s = secs(t0, prefill_end);
@@ -257,9 +261,11 @@ int main(int argc, char** argv) {
     compared.emplace_back(*base, *lora);
     std::fprintf(stderr,
                  "ltm-bench: round %d: decode base %.1f, adapters %.1f tokens/s (%.3f); CPU time "
-                 "of the pass base %.2f s, adapters %.2f s (%.3f)\n",
+                 "of the pass base %.2f s, adapters %.2f s (%.3f); LoRA products %.1f%% of the "
+                 "adapters pass's stage time (%.2f of %.2f s)\n",
                  r + 1, base->decode_tps, lora->decode_tps, lora->decode_tps / base->decode_tps,
-                 base->cpu_s, lora->cpu_s, lora->cpu_s / base->cpu_s);
+                 base->cpu_s, lora->cpu_s, lora->cpu_s / base->cpu_s,
+                 100 * lora->lora_s / lora->stage_s, lora->lora_s, lora->stage_s);
   }
   std::optional<Pass> pass;
   if (compared.empty()) pass = run_batch(true);
@@ -326,7 +332,9 @@ int main(int argc, char** argv) {
             {"base_decode_tokens_per_s", compared[r].first.decode_tps},
             {"lora_decode_tokens_per_s", compared[r].second.decode_tps},
             {"ratio", compared[r].second.decode_tps / compared[r].first.decode_tps},
-            {"base_cpu_s", compared[r].first.cpu_s}, {"lora_cpu_s", compared[r].second.cpu_s}});
+            {"base_cpu_s", compared[r].first.cpu_s}, {"lora_cpu_s", compared[r].second.cpu_s},
+            {"lora_stage_s", compared[r].second.stage_s},
+            {"lora_products_s", compared[r].second.lora_s}});
     line({{"measurement", "decode"}, {"tokens_per_s", decode_tps},
           {"limit_tokens_per_s", decode_limit},
           {"ratio", decode_limit > 0 ? decode_tps / decode_limit : 0.0},

@@ -1,6 +1,7 @@
 #include "runtime/model/model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -235,6 +236,7 @@ void Model::all_reduce(float* data, int64_t count) {
 void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   const int64_t n = step.n_tokens();
   if (n == 0) return;
+  const auto t_start = std::chrono::steady_clock::now();
   LTM_ASSERT(static_cast<int64_t>(step.token_offsets.size()) == step.n_seqs() + 1);
   upload_step(step);
   attn_args_.block_size = cache.block_size();
@@ -297,6 +299,8 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }
+  stage_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 }
 
 absl::Status Model::add_adapter(int32_t id, const LoraAdapter& adapter) {
@@ -362,6 +366,8 @@ void Model::plan_lora_runs(const StepInput& step) {
 }
 
 void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
+  if (lora_runs_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   for (const LoraRun& run : lora_runs_) {
     const LoraModuleWeights& mw = run.w->layer[l][static_cast<int>(m)];
     if (mw.rank == 0) continue;
@@ -371,6 +377,7 @@ void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
     backend_.gemm(x + run.row0 * mw.in, mw.a.f32(), t, rows, mw.rank, mw.in, true, 0.0f);
     backend_.gemm(t, mw.b.f32(), out + run.row0 * mw.out, rows, mw.out, mw.rank, true, 1.0f);
   }
+  lora_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Model::compute_logits(const StepInput& step, const float* hidden, float* logits) {

@@ -105,6 +105,10 @@ class Model {
   void remove_adapter(int32_t id);
   bool has_adapter(int32_t id) const { return adapters_.count(id) != 0; }
   uint64_t adapter_bytes() const;
+  // Seconds spent so far in run_stage, and in it on the LoRA products (host clock around the
+  // calls: exact on the CPU backend, enqueue time on an asynchronous one), for benchmarks.
+  double stage_seconds() const { return stage_seconds_; }
+  double lora_seconds() const { return lora_seconds_; }
 
   // Last stage: logits [logit_rows.size(), vocab_local] (device) of this rank's vocab rows for
   // the batch rows in step.logit_rows (padding rows come out as 0 and must be ignored).
@@ -152,6 +156,7 @@ class Model {
   std::vector<LoraRun> lora_runs_;  // this step's runs of rows with an adapter
   DeviceBuffer lora_t_;             // [n_tokens, max rank] x A^T
   int64_t lora_t_elems_ = 0;
+  double stage_seconds_ = 0, lora_seconds_ = 0;
 
   // Per-step metadata on the device, and its AttentionArgs.
   DeviceBuffer d_token_ids_, d_positions_, d_slot_mapping_, d_token_offsets_, d_context_lens_,
