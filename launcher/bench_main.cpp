@@ -338,6 +338,7 @@ int main(int argc, char** argv) {
     line({{"measurement", "decode"}, {"tokens_per_s", decode_tps},
           {"limit_tokens_per_s", decode_limit},
           {"ratio", decode_limit > 0 ? decode_tps / decode_limit : 0.0},
+          {"pass_cpu_s", pass->cpu_s},
           {"comm_ms_per_token", comm_per_token_ms}});
     return 0;
   }
