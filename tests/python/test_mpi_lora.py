@@ -90,3 +90,32 @@ def test_bad_adapter_flags_are_refused(setup):
     p = run_worker(["--model", setup["model"], "--prompt-ids", "1,2", "--lora-merge"],
                    check=False, timeout=120)
     assert p.returncode == 2 and "exactly one" in p.stderr, p.stderr
+
+
+def test_16_bit_weights_round_after_merging(setup, tmp_path):
+    """--weight-dtype bf16: unmerged keeps W rounded and adds the update in fp32 (the reference
+    with rounded weights and the adapter); merged rounds W + s A^T B^T once (the reference on
+    the merged weights, rounded). Each within 1e-4 of its own reference; the two references
+    differ by far more, so each test tells the two apart."""
+    lora = setup["adapters"]["all"]
+    unmerged_ref = Gpt2Reference(setup["weights"], setup["config"], lora=lora,
+                                 weight_round=torch.bfloat16).logits(PROMPT).numpy()
+    merged_w = dict(setup["weights"])
+    for name, (a, b) in lora.pairs.items():
+        w = merged_w[name + ".weight"].double()
+        merged_w[name + ".weight"] = (w + lora.scale * (a.double().T @ b.double().T)).float()
+    merged_ref = Gpt2Reference(merged_w, setup["config"],
+                               weight_round=torch.bfloat16).logits(PROMPT).numpy()
+    apart = np.abs(merged_ref - unmerged_ref).max()
+    got = {}
+    for merged, want in ((False, unmerged_ref), (True, merged_ref)):
+        npy = tmp_path / f"bf16_{merged}.npy"
+        generate_json(setup["model"], prompt_ids=PROMPT, max_new_tokens=1, ranks=2,
+                      extra=["--tp", 2, "--weight-dtype", "bf16", "--kv-dtype", "f32", "--threads",
+                             "1", "--dump-prompt-logits", npy, "--lora", f"all={setup['root'] / 'all'}",
+                             *(["--lora-merge"] if merged else ["--adapter", "all"])])
+        got[merged] = np.abs(np.load(npy) - want).max()
+    print(f"bf16, tp 2: unmerged {got[False]:.3g}, merged {got[True]:.3g} from their references "
+          f"(which are {apart:.3g} apart)")
+    assert got[False] < 1e-4 and got[True] < 1e-4, got
+    assert apart > 10 * 1e-4, apart
