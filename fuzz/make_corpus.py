@@ -66,11 +66,14 @@ def vec(v):
     return struct.pack("<i", len(v)) + struct.pack(f"<{len(v)}i", *v)
 
 
-def plan(kind, want, token_ids, positions, slots, offsets, ctx, tables, max_blocks, rows, sampling):
-    b = struct.pack("<Iii", 0x4c544d31, kind, want)
+def plan(kind, want, token_ids, positions, slots, offsets, ctx, tables, max_blocks, rows, sampling,
+         adapters=(), adapter_id=0, max_rank=0, adapter_dir=b""):
+    b = struct.pack("<Iii", 0x4c544d32, kind, want)
     for v in (token_ids, positions, slots, offsets, ctx, tables):
         b += vec(v)
-    b += struct.pack("<i", max_blocks) + vec(rows) + struct.pack("<i", len(sampling))
+    b += struct.pack("<i", max_blocks) + vec(rows) + vec(list(adapters))
+    b += struct.pack("<iii", adapter_id, max_rank, len(adapter_dir)) + adapter_dir
+    b += struct.pack("<i", len(sampling))
     for t, k, p, r, seed, idx, hist in sampling:
         b += struct.pack("<fiffQi", t, k, p, r, seed, idx) + vec(hist)
     return b
@@ -82,6 +85,12 @@ out("step_plan_fuzz", "decode2", plan(1, 1, [5, 9], [3, 7], [3, 23], [0, 1, 2], 
                                       [0, 0, 1, 2], 2, [0, 1],
                                       [(0.8, 40, 0.9, 1.0, 1, 3, []),
                                        (1.0, 0, 1.0, 1.3, 2, 7, [1, 2, 3, 4, 5, 6, 7, 9])]))
+out("step_plan_fuzz", "lora-mixed", plan(1, 0, [5, 9], [3, 7], [3, 23], [0, 1, 2], [4, 8],
+                                        [0, 0, 1, 2], 2, [0, 1],
+                                        [(0.0, 0, 1.0, 1.0, 1, 3, []), (0.0, 0, 1.0, 1.0, 2, 7, [])],
+                                        adapters=[0, 3]))
+out("step_plan_fuzz", "lora-load", plan(4, 0, [], [], [], [0], [], [], 0, [], [], adapter_id=3,
+                                        max_rank=64, adapter_dir=b"/srv/lora/sql"))
 out("step_plan_fuzz", "shutdown", plan(2, 0, [], [], [], [0], [], [], 0, [], []))
 out("step_plan_fuzz", "keepalive", plan(3, 0, [], [], [], [0], [], [], 0, [], []))
 
@@ -96,7 +105,8 @@ reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
                                 temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.2,
                                 seed=42, stop=["\n", "."], return_logprobs=True,
                                 request_id="req-1", ignore_eos=True),
-        ltm_pb2.GenerateRequest(prompt="Grüße 🙂", stop=["x" * 1024] * 16, request_id="r" * 256)]
+        ltm_pb2.GenerateRequest(prompt="Grüße 🙂", stop=["x" * 1024] * 16, request_id="r" * 256),
+        ltm_pb2.GenerateRequest(prompt="Hello", max_new_tokens=4, adapter="sql-lora")]
 for i, r in enumerate(reqs):
     out("request_fuzz", f"req{i}", r.SerializeToString())
 out("request_fuzz", "many-stops", b"".join(b"\x4a\x01x" for _ in range(100)))

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -26,6 +28,7 @@
 #include "common/logging.h"
 #include "common/openmp_wait.h"
 #include "common/version.h"
+#include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
 #include "runtime/serve/scheduler.h"
 
@@ -99,7 +102,7 @@ int main(int argc, char** argv) {
   ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
-  int prompt_tokens = 512, new_tokens = 128, batch = 1;
+  int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0;
   bool json = false, skip_limits = false;
   po::options_description desc("ltm-bench options");
   desc.add_options()
@@ -114,6 +117,10 @@ int main(int argc, char** argv) {
       ("kv-memory-mb", po::value(&o.kv_memory_mb)->default_value(0), "KV cache per rank (0: what the batch needs)")
       ("weight-dtype", po::value(&o.weight_dtype), "f32 | bf16 | fp16 (default: the checkpoint's; f32 for a config)")
       ("kv-dtype", po::value(&o.kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16)")
+      ("lora", po::value(&o.lora)->composing(), "NAME=DIR: a LoRA adapter (repeatable); sequence b runs with the (b mod n)-th")
+      ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")
+      ("lora-max-rank", po::value(&o.lora_max_rank)->default_value(64), "adapters of a higher rank are refused")
+      ("compare-base", po::value(&compare_rounds)->default_value(0), "with unmerged --lora: N rounds, each the batch on the base model then on the adapters")
       ("skip-limits", po::bool_switch(&skip_limits), "do not measure bandwidth and sgemm peak")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
       ("help,h", "this help")
@@ -132,6 +139,10 @@ int main(int argc, char** argv) {
     po::notify(vm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ltm-bench: %s\n", e.what());
+    return 2;
+  }
+  if (std::string e = ltm::check_lora_options(o); !e.empty()) {
+    std::fprintf(stderr, "ltm-bench: %s\n", e.c_str());
     return 2;
   }
   if (prompt_tokens < 1 || new_tokens < 1 || batch < 1 || batch > 1024) {
@@ -173,43 +184,103 @@ int main(int argc, char** argv) {
     rs.engine->shutdown();
     return 2;
   }
-  ltm::Scheduler scheduler(*rs.engine, nullptr, c, rs.n_blocks, o.block_size,
-                           [&] {
-                             ltm::SchedulerOptions so;
-                             so.max_batch_tokens = o.max_batch_tokens;
-                             so.max_running = batch;
-                             so.max_queue = batch;  // every sequence is queued before the run
-                             so.micro_batches = 1;
-                             return so;
-                           }());
+  ltm::SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = batch;
+  sopts.max_queue = batch;  // every sequence is queued before the run
+  sopts.micro_batches = 1;
+  sopts.lora_max_rank = o.lora_max_rank;
+  sopts.lora_max_adapters = std::max<int32_t>(16, static_cast<int32_t>(o.lora.size()));
+  ltm::Scheduler scheduler(*rs.engine, nullptr, c, rs.n_blocks, o.block_size, sopts);
+  if (absl::Status st = ltm::load_startup_adapters(o, scheduler); !st.ok()) {
+    std::fprintf(stderr, "ltm-bench: --lora: %s\n", std::string(st.message()).c_str());
+    rs.engine->shutdown();
+    return 2;
+  }
+  // Unmerged adapters: the batch's sequences spread over them (one batch mixes them all).
+  std::vector<std::string> adapter_names;
+  if (!o.lora_merge)
+    for (const ltm::LoraSpec& spec : ltm::lora_specs(o)) adapter_names.push_back(spec.name);
   // `batch` requests of the same length with different prompts; a token's time is when the
   // scheduler hands it out. Prefill ends when every sequence has its first token.
-  std::vector<Clock::time_point> first(batch), last(batch);
-  int64_t generated = 0;
-  const auto t0 = Clock::now();
-  for (int b = 0; b < batch; ++b) {
-    ltm::GenerationRequest req;
-    for (int i = 0; i < prompt_tokens; ++i)
-      req.prompt_ids.push_back(static_cast<int32_t>((i * 7919 + 13 + b * 104729) % c.vocab_size));
-    req.max_new_tokens = new_tokens;
-    req.ignore_eos = true;
-    req.sampling.temperature = 0;
-    bool seen = false;
-    auto st = scheduler.submit(std::move(req), [&, b, seen](ltm::GenerationEvent ev) mutable {
-      if (ev.token_ids.empty()) return;
-      const auto now = Clock::now();
-      if (!seen) first[b] = now;
-      seen = true;
-      last[b] = now;
-      generated += static_cast<int64_t>(ev.token_ids.size());
-    });
-    if (!st.ok()) {
-      std::fprintf(stderr, "ltm-bench: %s\n", std::string(st.message()).c_str());
+  struct Pass {
+    double prefill_s = 0, decode_s = 0, prefill_tps = 0, decode_tps = 0;
+    double cpu_s = 0;  // CPU time of the whole pass, every thread of the process
+    double stage_s = 0, lora_s = 0;  // rank 0's Model::run_stage time, and its LoRA products
+    int64_t generated = 0;
+  };
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  auto run_batch = [&](bool with_adapters) -> std::optional<Pass> {
+    std::vector<Clock::time_point> first(batch), last(batch);
+    int64_t generated = 0;
+    const auto t0 = Clock::now();
+    const double cpu0 = cpu_now();
+    const double stage0 = rs.model->stage_seconds(), lora0 = rs.model->lora_seconds();
+    for (int b = 0; b < batch; ++b) {
+      ltm::GenerationRequest req;
+      for (int i = 0; i < prompt_tokens; ++i)
+        req.prompt_ids.push_back(static_cast<int32_t>((i * 7919 + 13 + b * 104729) % c.vocab_size));
+      req.max_new_tokens = new_tokens;
+      req.ignore_eos = true;
+      req.sampling.temperature = 0;
+      if (with_adapters && !adapter_names.empty()) req.adapter = adapter_names[b % adapter_names.size()];
+      bool seen = false;
+      auto st = scheduler.submit(std::move(req), [&, b, seen](ltm::GenerationEvent ev) mutable {
+        if (ev.token_ids.empty()) return;
+        const auto now = Clock::now();
+        if (!seen) first[b] = now;
+        seen = true;
+        last[b] = now;
+        generated += static_cast<int64_t>(ev.token_ids.size());
+      });
+      if (!st.ok()) {
+        std::fprintf(stderr, "ltm-bench: %s\n", std::string(st.message()).c_str());
+        return std::nullopt;
+      }
+    }
+    scheduler.run_until_idle();
+    Pass p;
+    p.cpu_s = cpu_now() - cpu0;
+    p.stage_s = rs.model->stage_seconds() - stage0;
+    p.lora_s = rs.model->lora_seconds() - lora0;
+    const auto prefill_end = *std::max_element(first.begin(), first.end());
+    const auto decode_end = *std::max_element(last.begin(), last.end());
+    p.prefill_s = secs(t0, prefill_end);
+    p.decode_s = secs(prefill_end, decode_end);
+    p.prefill_tps = static_cast<double>(batch) * prompt_tokens / p.prefill_s;
+    p.decode_tps = p.decode_s > 0 ? (generated - batch) / p.decode_s : 0;
+    p.generated = generated;
+    return p;
+  };
+  // --compare-base: the same batch on the base model and on the adapters, alternating, a ratio
+  // per round (this machine's speed drifts; a ratio within a round does not).
+  std::vector<std::pair<Pass, Pass>> compared;
+  for (int r = 0; r < compare_rounds; ++r) {
+    std::optional<Pass> base = run_batch(false), lora = run_batch(true);
+    if (!base || !lora) {
       rs.engine->shutdown();
       return 2;
     }
+    compared.emplace_back(*base, *lora);
+    std::fprintf(stderr,
+                 "ltm-bench: round %d: decode base %.1f, adapters %.1f tokens/s (%.3f); CPU time "
+                 "of the pass base %.2f s, adapters %.2f s (%.3f); LoRA products %.1f%% of the "
+                 "adapters pass's stage time (%.2f of %.2f s)\n",
+                 r + 1, base->decode_tps, lora->decode_tps, lora->decode_tps / base->decode_tps,
+                 base->cpu_s, lora->cpu_s, lora->cpu_s / base->cpu_s,
+                 100 * lora->lora_s / lora->stage_s, lora->lora_s, lora->stage_s);
   }
-  scheduler.run_until_idle();
+  std::optional<Pass> pass;
+  if (compared.empty()) pass = run_batch(true);
+  else pass = compared.back().second;
+  if (!pass) {
+    rs.engine->shutdown();
+    return 2;
+  }
   rs.engine->shutdown();
   double comm_max = rs.engine->comm_seconds();
   for (int r = 1; r < rs.world->size(); ++r) {
@@ -217,12 +288,9 @@ int main(int argc, char** argv) {
     rs.world->world().recv(&comm, sizeof(comm), r, 900);
     comm_max = std::max(comm_max, comm);
   }
-  const auto prefill_end = *std::max_element(first.begin(), first.end());
-  const auto decode_end = *std::max_element(last.begin(), last.end());
-  const double prefill_s = secs(t0, prefill_end);
-  const double decode_s = secs(prefill_end, decode_end);
-  const double prefill_tps = static_cast<double>(batch) * prompt_tokens / prefill_s;
-  const double decode_tps = decode_s > 0 ? (generated - batch) / decode_s : 0;
+  const int64_t generated = pass->generated;
+  const double prefill_tps = pass->prefill_tps;
+  const double decode_tps = pass->decode_tps;
   const uint64_t peak_rss = ltm::peak_resident_bytes();
 
   // Limits. A decode step reads every weight once (the LM head's E included) plus each
@@ -254,6 +322,7 @@ int main(int argc, char** argv) {
         {"amx", ltm::kernels::cpu::amx_enabled()}, {"tp", o.tp}, {"pp", o.pp},
         {"threads_per_rank", rs.threads}, {"batch", batch}, {"prompt_tokens", prompt_tokens},
         {"new_tokens", new_tokens}, {"weight_bytes", total_weight_bytes},
+        {"lora_adapters", o.lora}, {"lora_merge", o.lora_merge},
         {"peak_rss_bytes", peak_rss}};
     auto line = [&](nlohmann::json j) {
       j.update(common);
@@ -265,9 +334,18 @@ int main(int argc, char** argv) {
     line({{"measurement", "prefill"}, {"tokens_per_s", prefill_tps},
           {"limit_tokens_per_s", prefill_limit},
           {"ratio", prefill_limit > 0 ? prefill_tps / prefill_limit : 0.0}});
+    for (size_t r = 0; r < compared.size(); ++r)
+      line({{"measurement", "lora_compare"}, {"round", r + 1},
+            {"base_decode_tokens_per_s", compared[r].first.decode_tps},
+            {"lora_decode_tokens_per_s", compared[r].second.decode_tps},
+            {"ratio", compared[r].second.decode_tps / compared[r].first.decode_tps},
+            {"base_cpu_s", compared[r].first.cpu_s}, {"lora_cpu_s", compared[r].second.cpu_s},
+            {"lora_stage_s", compared[r].second.stage_s},
+            {"lora_products_s", compared[r].second.lora_s}});
     line({{"measurement", "decode"}, {"tokens_per_s", decode_tps},
           {"limit_tokens_per_s", decode_limit},
           {"ratio", decode_limit > 0 ? decode_tps / decode_limit : 0.0},
+          {"pass_cpu_s", pass->cpu_s},
           {"comm_ms_per_token", comm_per_token_ms}});
     return 0;
   }

@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double timeout_s = 0;
   bool stream = false, no_stream = false, logprobs = false, info = false, ignore_eos = false;
+  std::string adapter;
   ltm::ConnectionOptions conn_opts;
   ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
       ("seed", po::value(&seed), "sampling seed (default: the server picks one)")
       ("stop", po::value(&stop)->composing(), "stop string (repeatable)")
       ("ignore-eos", po::bool_switch(&ignore_eos), "keep generating past end-of-text")
+      ("adapter", po::value(&adapter), "generate with this loaded LoRA adapter")
       ("request-id", po::value(&request_id), "request id (default: the server makes one)")
       ("stream", po::bool_switch(&stream), "stream tokens as they come (the default)")
       ("no-stream", po::bool_switch(&no_stream), "one unary call, print the result at the end")
@@ -239,6 +241,7 @@ int main(int argc, char** argv) {
   for (const std::string& s : stop) req.add_stop(s);
   req.set_return_logprobs(logprobs);
   req.set_ignore_eos(ignore_eos);
+  req.set_adapter(adapter);
   req.set_request_id(request_id);
 
   grpc::ClientContext ctx;

@@ -53,6 +53,7 @@ struct Options {
   double timeout_s = 60;
   uint64_t seed = 1;
   bool json = false;
+  std::vector<std::string> adapters;  // LoRA adapters: call thread t uses adapters[t % n] ("" = base)
 };
 
 const char* code_name(grpc::StatusCode code) {
@@ -102,8 +103,9 @@ Summary summarize(std::vector<double> v) {
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const Options& o, int64_t vocab, std::mt19937_64& rng,
-             Samples& out) {
+             Samples& out, const std::string& adapter) {
   ltm::v1::GenerateRequest req;
+  req.set_adapter(adapter);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
   for (int i = 0; i < o.prompt_tokens; ++i) req.add_prompt_token_ids(id(rng));
   req.set_max_new_tokens(o.max_new_tokens);
@@ -172,7 +174,8 @@ int main(int argc, char** argv) {
       ("stop-at-eos", po::bool_switch(&o.stop_at_eos), "let calls end at end-of-text")
       ("timeout-s", po::value(&o.timeout_s)->default_value(o.timeout_s), "deadline of each call")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the prompts and sampling")
-      ("json", po::bool_switch(&o.json), "print the report as JSON");
+      ("json", po::bool_switch(&o.json), "print the report as JSON")
+      ("adapters", po::value<std::string>(), "LoRA adapters, comma-separated: call thread t names the (t mod n)-th (an empty entry: the base model)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -193,6 +196,16 @@ int main(int argc, char** argv) {
     if (o.prompt_tokens < 1) throw po::error("--prompt-tokens must be >= 1");
     if (o.max_new_tokens < 1) throw po::error("--max-new-tokens must be >= 1");
     if (!(o.timeout_s > 0)) throw po::error("--timeout-s must be > 0");
+    if (vm.count("adapters")) {
+      const std::string list = vm["adapters"].as<std::string>();
+      size_t begin = 0;
+      for (;;) {
+        const size_t comma = list.find(',', begin);
+        o.adapters.push_back(list.substr(begin, comma == std::string::npos ? comma : comma - begin));
+        if (comma == std::string::npos) break;
+        begin = comma + 1;
+      }
+    }
   } catch (const po::error& e) {
     std::cerr << "ltm-loadgen: " << e.what() << "\n\n" << desc << "\n";
     return 2;
@@ -232,7 +245,8 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(t));
       while (Clock::now() < stop_at) {
         if (o.requests > 0 && started.fetch_add(1) >= o.requests) break;
-        run_one(*stub, conn, o, vocab, rng, per_thread[static_cast<size_t>(t)]);
+        run_one(*stub, conn, o, vocab, rng, per_thread[static_cast<size_t>(t)],
+                o.adapters.empty() ? std::string() : o.adapters[static_cast<size_t>(t) % o.adapters.size()]);
       }
     });
   }

@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "parallel/partition.h"
+#include "launcher/lora_setup.h"
 #include "runtime/model/load_guard.h"
 #include "runtime/model/load_progress.h"
 
@@ -153,6 +154,15 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->source = std::move(guarded);
   ModelOptions mopts;
   mopts.weights = precisions.weights;
+  std::optional<LoraAdapter> merge;
+  if (o.lora_merge) {  // --lora-merge: W += s A^T B^T for this rank's slices, at load
+    for (const LoraSpec& spec : lora_specs(o)) {
+      LTM_ASSIGN_OR_RETURN(LoraAdapter a, LoraAdapter::open(spec.dir, config, o.lora_max_rank));
+      rs->merged_lora = LoraSummary{a.rank(), a.alpha(), a.modules()};
+      merge.emplace(std::move(a));
+    }
+    mopts.merge = &*merge;
+  }
   try {
     LTM_ASSIGN_OR_RETURN(rs->model,
                          Model::load(*rs->source, *rs->backend, shard, rs->world->tp(), mopts));

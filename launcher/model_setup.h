@@ -14,6 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/dtype.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/model.h"
 #include "runtime/model/weight_source.h"
 
@@ -40,6 +41,7 @@ struct RankSetup {
   uint64_t peak_resident_bytes = 0;
   // The four figures above of every world rank, gathered at load (rank order).
   std::vector<std::array<uint64_t, 4>> memory_per_rank;
+  std::optional<LoraSummary> merged_lora;  // --lora-merge: the adapter in the weights
   ~RankSetup();  // engine, cache and model go before the world (MPI_Finalize)
 };
 

@@ -1,5 +1,6 @@
 #include "launcher/worker_options.h"
 
+#include "launcher/lora_setup.h"
 #include "runtime/backend/backend.h"
 
 #include <sstream>
@@ -76,8 +77,16 @@ po::options_description describe(WorkerOptions* o) {
       ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
       ("help,h", "this help")
       ("version", "print the version and exit");
+  po::options_description lora("LoRA adapters (PEFT folders)");
+  lora.add_options()
+      ("lora", po::value(&o->lora)->composing(), "NAME=DIR: load this adapter at start-up (repeatable)")
+      ("lora-merge", po::bool_switch(&o->lora_merge), "fold the one --lora adapter into the weights at load (no cost per token)")
+      ("lora-dir", po::value(&o->lora_dir), "serving: LoadAdapter loads adapters from the folders in DIR, by name")
+      ("lora-max-rank", po::value(&o->lora_max_rank)->default_value(64), "adapters of a higher rank r are refused")
+      ("lora-max-adapters", po::value(&o->lora_max_adapters)->default_value(16), "adapters resident at once (unmerged)")
+      ("adapter", po::value(&o->adapter), "one-shot: generate with this --lora adapter (unmerged)");
   po::options_description all("ltm-worker options");
-  all.add(model).add(gen).add(run).add(serve);
+  all.add(model).add(gen).add(run).add(serve).add(lora);
   return all;
 }
 
@@ -197,6 +206,7 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->http_threads < 1 || o->http_threads > 64) return fail("--http-threads must be in [1, 64]");
   if (!o->tls_client_ca.empty() && o->tls_cert.empty())
     return fail("--tls-client-ca needs --tls-cert and --tls-key");
+  if (std::string e = check_lora_options(*o); !e.empty()) return fail(e);
   return ParseResult::kOk;
 }
 

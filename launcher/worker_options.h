@@ -64,6 +64,13 @@ struct WorkerOptions {
   // HTTP front door (OpenAI API, /health, /metrics) beside gRPC: ADDR:PORT, empty = none.
   std::string http;
   int http_threads = 2;
+  // LoRA adapters (launcher/lora_setup.h)
+  std::vector<std::string> lora;  // NAME=DIR, loaded at start-up (repeatable)
+  bool lora_merge = false;      // fold the one --lora into the weights
+  std::string lora_dir;         // LoadAdapter finds adapters here by name
+  int32_t lora_max_rank = 64;
+  int32_t lora_max_adapters = 16;
+  std::string adapter;          // one-shot: the --lora adapter to generate with
 };
 
 enum class ParseResult { kOk, kHelp, kError };

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/memory.h"
+#include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
 #include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
@@ -90,10 +91,17 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   req.return_logprobs = true;
   req.return_full_logits = !o.dump_logits.empty();
   req.return_prompt_logits = !o.dump_prompt_logits.empty();
+  req.adapter = o.adapter;
   const std::vector<int32_t> prompt_ids = req.prompt_ids;
 
-  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size,
-                      SchedulerOptions{o.max_batch_tokens, o.max_running, 1});
+  SchedulerOptions sopts{o.max_batch_tokens, o.max_running, 1};
+  sopts.lora_max_rank = o.lora_max_rank;
+  sopts.lora_max_adapters = o.lora_max_adapters;
+  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
+  if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
+    std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());
+    return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
   std::vector<int32_t> generated;
   std::vector<float> logprobs, logits, prompt_logits;
   std::string text;
@@ -188,9 +196,15 @@ void on_signal(int sig) { g_signal.store(sig); }
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
-  Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size,
-                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue,
-                                       o.micro_batches, o.keepalive_s, &metrics});
+  SchedulerOptions sopts{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches,
+                         o.keepalive_s, &metrics};
+  sopts.lora_max_rank = o.lora_max_rank;
+  sopts.lora_max_adapters = o.lora_max_adapters;
+  Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size, sopts);
+  if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
+    std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());
+    return st.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitRuntimeError;
+  }
   EngineInfo info;
   info.model_name = std::filesystem::path(o.model).filename().string();
   info.model = config;
@@ -224,6 +238,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
     e.requests_served = s.requests_served;
     return e;
   };
+  add_lora_info(o, rs, scheduler, info);
   GrpcServerOptions gopts;
   gopts.address = o.listen;
   gopts.max_receive_message_bytes = o.max_message_bytes;  // validated: 0 or [1 KiB, 1 GiB]

@@ -61,10 +61,11 @@ FINISH_REASONS = {
 
 def make_request(prompt=None, *, prompt_token_ids=None, max_new_tokens=None, temperature=None,
                  top_k=None, top_p=None, repetition_penalty=None, seed=None, stop=(),
-                 return_logprobs=False, request_id="", ignore_eos=False):
-    """A GenerateRequest; None leaves a field unset (the server's default applies)."""
+                 return_logprobs=False, request_id="", ignore_eos=False, adapter=""):
+    """A GenerateRequest; None leaves a field unset (the server's default applies). `adapter`
+    names a loaded LoRA adapter ("" = the base model)."""
     req = ltm_pb2.GenerateRequest(stop=list(stop), return_logprobs=return_logprobs,
-                                  request_id=request_id, ignore_eos=ignore_eos)
+                                  request_id=request_id, ignore_eos=ignore_eos, adapter=adapter)
     if prompt is not None:
         req.prompt = prompt
     if prompt_token_ids is not None:
@@ -150,6 +151,22 @@ class LtmClient:
                                    timeout=self._timeout(timeout), metadata=self._metadata)
         return resp.text
 
+    def load_adapter(self, name, *, timeout=None):
+        """Loads the LoRA adapter folder `name` of the server's --lora-dir; its AdapterInfo."""
+        return self._stub.LoadAdapter(ltm_pb2.LoadAdapterRequest(name=name),
+                                      timeout=self._timeout(timeout), metadata=self._metadata)
+
+    def unload_adapter(self, name, *, force=False, timeout=None):
+        """Unloads an adapter once no request uses it (force: ends those requests, ABORTED)."""
+        return self._stub.UnloadAdapter(ltm_pb2.UnloadAdapterRequest(name=name, force=force),
+                                        timeout=self._timeout(timeout), metadata=self._metadata)
+
+    def list_adapters(self, *, timeout=None):
+        """AdapterInfo of the loaded adapters and of the --lora-dir folders not loaded."""
+        return list(self._stub.ListAdapters(ltm_pb2.ListAdaptersRequest(),
+                                            timeout=self._timeout(timeout),
+                                            metadata=self._metadata).adapters)
+
     def model_info(self, *, timeout=None):
         """The ModelInfo message: model shape, deployment, live load."""
         return self._stub.GetModelInfo(ltm_pb2.GetModelInfoRequest(),
@@ -198,6 +215,7 @@ def main(argv=None):
     p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True,
                    help="stream tokens as they come (default) or make one unary call")
     p.add_argument("--logprobs", action="store_true", help="print token ids and logprobs")
+    p.add_argument("--adapter", default="", help="generate with this loaded LoRA adapter")
     p.add_argument("--timeout-s", type=float, help="deadline of each call in seconds")
     p.add_argument("--info", action="store_true", help="print the model and server information")
     p.add_argument("--tokenize", metavar="TEXT", help="print the token ids of TEXT")
@@ -238,7 +256,8 @@ def main(argv=None):
                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                           repetition_penalty=args.repetition_penalty, seed=args.seed,
                           stop=args.stop, return_logprobs=args.logprobs,
-                          request_id=args.request_id, ignore_eos=args.ignore_eos)
+                          request_id=args.request_id, ignore_eos=args.ignore_eos,
+                          adapter=args.adapter)
             if not args.stream:
                 resp = client.generate(args.prompt, **kwargs)
                 print(resp.text, flush=True)

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "parallel/group_abort.h"
 #include "runtime/engine/candidate_exchange.h"
 
 namespace ltm {
@@ -105,6 +107,30 @@ void Engine::shutdown() {
   comms_.pp.flush();
 }
 
+absl::Status Engine::load_adapter(int32_t id, const std::string& dir, int max_rank,
+                                  LoraSummary* summary) {
+  LTM_ASSERT(comms_.world.rank() == 0, "load_adapter() is rank 0's");
+  LTM_ASSIGN_OR_RETURN(LoraAdapter adapter, LoraAdapter::open(dir, model_.config(), max_rank));
+  LTM_RETURN_IF_ERROR(model_.add_adapter(id, adapter));
+  if (summary != nullptr) *summary = {adapter.rank(), adapter.alpha(), adapter.modules()};
+  StepPlan plan;
+  plan.kind = PlanKind::kLoadAdapter;
+  plan.adapter_id = id;
+  plan.adapter_dir = dir;
+  plan.adapter_max_rank = max_rank;
+  post_plan(plan);
+  return absl::OkStatus();
+}
+
+void Engine::unload_adapter(int32_t id) {
+  LTM_ASSERT(comms_.world.rank() == 0, "unload_adapter() is rank 0's");
+  model_.remove_adapter(id);
+  StepPlan plan;
+  plan.kind = PlanKind::kUnloadAdapter;
+  plan.adapter_id = id;
+  post_plan(plan);
+}
+
 void Engine::keep_alive() {
   StepPlan plan;
   plan.kind = PlanKind::kKeepAlive;
@@ -126,6 +152,21 @@ void Engine::follow() {
     absl::StatusOr<StepPlan> plan = decode_plan(bytes);
     LTM_ASSERT(plan.ok(), plan.status().ToString());
     if (plan->kind == PlanKind::kKeepAlive) continue;
+    if (plan->kind == PlanKind::kLoadAdapter) {
+      // Rank 0 has checked this folder; failing here means this rank sees other files there.
+      absl::StatusOr<LoraAdapter> adapter =
+          LoraAdapter::open(plan->adapter_dir, model_.config(), plan->adapter_max_rank);
+      absl::Status st = adapter.ok() ? model_.add_adapter(plan->adapter_id, *adapter) : adapter.status();
+      if (!st.ok())
+        parallel::abort_group(1, absl::StrCat(parallel::rank_prefix(), "cannot load the LoRA adapter "
+                                              "that rank 0 loaded (the folder must be the same on "
+                                              "every rank): ", st.ToString()));
+      continue;
+    }
+    if (plan->kind == PlanKind::kUnloadAdapter) {
+      model_.remove_adapter(plan->adapter_id);
+      continue;
+    }
     if (plan->kind == PlanKind::kShutdown) {
       comms_.world.flush();
       comms_.pp.flush();

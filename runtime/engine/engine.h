@@ -45,6 +45,16 @@ class Engine {
   void submit(const StepPlan& plan);
   StepOutput collect();
   int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
+  // Rank 0, between steps: loads the PEFT adapter at `dir` as `id` (> 0, unused) on every rank.
+  // Rank 0 opens and checks the whole adapter (runtime/model/lora.h) and loads its own slices
+  // first; only then does a kLoadAdapter plan tell the other ranks to load theirs, so a defective
+  // adapter is refused with the error and no other rank sees it. The folder must be readable at
+  // the same path on every rank (as the checkpoint): a rank that then cannot load it takes the
+  // group down with a message naming it. Later plans naming `id` reach every rank after it.
+  absl::Status load_adapter(int32_t id, const std::string& dir, int max_rank,
+                            LoraSummary* summary = nullptr);
+  // Rank 0: frees adapter `id` on every rank. No step still to be submitted may name it.
+  void unload_adapter(int32_t id);
   // Rank 0: releases the other ranks from follow().
   void shutdown();
   // Rank 0, while idle: a plan with nothing to run, which resets the other ranks' idle timeout.

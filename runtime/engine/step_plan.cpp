@@ -17,6 +17,10 @@ class Writer {
     put<int32_t>(static_cast<int32_t>(v.size()));
     out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
   }
+  void put_str(const std::string& v) {
+    put<int32_t>(static_cast<int32_t>(v.size()));
+    out_.append(v);
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -43,6 +47,13 @@ class Reader {
     pos_ += static_cast<size_t>(n) * 4;
     return true;
   }
+  bool get_str(std::string* v) {
+    int32_t n = 0;
+    if (!get(&n) || n < 0 || pos_ + static_cast<size_t>(n) > s_.size()) return false;
+    v->assign(s_.data() + pos_, static_cast<size_t>(n));
+    pos_ += static_cast<size_t>(n);
+    return true;
+  }
   bool done() const { return pos_ == s_.size(); }
 
  private:
@@ -50,7 +61,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint32_t kMagic = 0x4c544d31;  // "LTM1"
+constexpr uint32_t kMagic = 0x4c544d32;  // "LTM2" (LTM1 had no adapters)
 
 }  // namespace
 
@@ -68,6 +79,10 @@ std::string encode_plan(const StepPlan& p) {
   w.put_vec(in.block_tables);
   w.put(in.max_blocks_per_seq);
   w.put_vec(in.logit_rows);
+  w.put_vec(in.adapter_ids);
+  w.put(p.adapter_id);
+  w.put(p.adapter_max_rank);
+  w.put_str(p.adapter_dir);
   w.put<int32_t>(static_cast<int32_t>(p.sampling.size()));
   for (const RowSampling& s : p.sampling) {
     w.put(s.params.temperature);
@@ -91,7 +106,9 @@ absl::StatusOr<StepPlan> decode_plan(const std::string& bytes) {
             r.get_vec(&in.token_ids) && r.get_vec(&in.positions) && r.get_vec(&in.slot_mapping) &&
             r.get_vec(&in.token_offsets) && r.get_vec(&in.context_lens) &&
             r.get_vec(&in.block_tables) && r.get(&in.max_blocks_per_seq) &&
-            r.get_vec(&in.logit_rows) && r.get(&n_sampling) && n_sampling >= 0;
+            r.get_vec(&in.logit_rows) && r.get_vec(&in.adapter_ids) && r.get(&p.adapter_id) &&
+            r.get(&p.adapter_max_rank) && r.get_str(&p.adapter_dir) && r.get(&n_sampling) &&
+            n_sampling >= 0;
   for (int32_t i = 0; ok && i < n_sampling; ++i) {
     RowSampling s;
     ok = r.get(&s.params.temperature) && r.get(&s.params.top_k) && r.get(&s.params.top_p) &&
@@ -100,7 +117,7 @@ absl::StatusOr<StepPlan> decode_plan(const std::string& bytes) {
     p.sampling.push_back(std::move(s));
   }
   ok = ok && kind >= static_cast<int32_t>(PlanKind::kStep) &&
-       kind <= static_cast<int32_t>(PlanKind::kKeepAlive);
+       kind <= static_cast<int32_t>(PlanKind::kUnloadAdapter);
   if (!ok || !r.done())
     return absl::DataLossError(absl::StrCat("malformed step plan (", bytes.size(), " bytes)"));
   p.kind = static_cast<PlanKind>(kind);

@@ -22,13 +22,26 @@ struct RowSampling {
 
 // kKeepAlive: nothing to run; rank 0 sends one every --keepalive-s while idle so that the other
 // ranks can tell an idle coordinator from a stuck one (Engine::set_idle_timeout).
-enum class PlanKind : int32_t { kStep = 1, kShutdown = 2, kKeepAlive = 3 };
+// kLoadAdapter / kUnloadAdapter: every rank loads (reads its slices of the PEFT folder at
+// adapter_dir) or frees the LoRA adapter adapter_id; rank 0 sends them between steps, so every
+// later step that names the id finds it loaded (plans reach a rank in the order they were sent).
+enum class PlanKind : int32_t {
+  kStep = 1,
+  kShutdown = 2,
+  kKeepAlive = 3,
+  kLoadAdapter = 4,
+  kUnloadAdapter = 5
+};
 
 struct StepPlan {
   PlanKind kind = PlanKind::kStep;
   StepInput input;
   std::vector<RowSampling> sampling;  // one per input.logit_rows entry
   bool want_logits = false;           // send the full logits of every logit row back to rank 0
+  // kLoadAdapter / kUnloadAdapter
+  int32_t adapter_id = 0;
+  std::string adapter_dir;            // kLoadAdapter: the folder, the same path on every rank
+  int32_t adapter_max_rank = 0;       // kLoadAdapter: --lora-max-rank
 };
 
 std::string encode_plan(const StepPlan& plan);

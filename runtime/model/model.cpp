@@ -39,7 +39,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
   m->n_head_local_ = m->heads_.size();
   m->d_local_ = m->n_head_local_ * m->head_dim_;
   m->d_ff_local_ = m->ffn_.size();
+  m->lora_ranges_ = lora_shard_ranges(c, m->heads_, m->ffn_);
+  m->merge_ = options.merge;
   LTM_RETURN_IF_ERROR(m->load_weights(source));
+  m->merge_ = nullptr;
   return m;
 }
 
@@ -52,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
 // loading holds no whole fp32 copy of a tensor. `whole`: the one part is the whole tensor.
 DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& name,
                                 const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                                bool whole, TensorUse use) {
+                                bool whole, TensorUse use, const LoraSlice* merge) {
   constexpr int64_t kChunkBytes = 8 << 20;
   if (whole)
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
@@ -87,6 +90,10 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
         }
       }
       col0 += pc;
+    }
+    if (merge != nullptr) {
+      LTM_ASSERT(use == TensorUse::kMatrix && merge->in == rows && merge->out == cols);
+      merge_lora_rows(*merge, host.data(), r0, r1);  // fp32, before rounding and packing
     }
     switch (use) {
       case TensorUse::kMatrix:
@@ -139,15 +146,26 @@ absl::Status Model::load_weights(const WeightSource& source) {
   for (int64_t l = layers_.begin; l < layers_.end; ++l) {
     const std::string p = absl::StrCat("h.", l, ".");
     LayerWeights w;
+    // --lora-merge: this rank's slice of each module's update, folded in as the matrix loads.
+    std::array<LoraSlice, kLoraModules> merge;
+    if (merge_ != nullptr)
+      for (int mod = 0; mod < kLoraModules; ++mod)
+        merge[mod] = read_lora_slice(*merge_, lora_ranges_, l, static_cast<LoraModule>(mod));
+    auto fold = [&](LoraModule mod) {
+      const LoraSlice& s = merge[static_cast<int>(mod)];
+      return s.empty() ? nullptr : &s;
+    };
     w.ln_1_g = vec(p + "ln_1.weight", d);
     w.ln_1_b = vec(p + "ln_1.bias", d);
     if (shard_.tp == 1) {
       w.attn_qkv_w =
-          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, kMat);
+          load_tensor(source, p + "attn.c_attn.weight", {{0, d, 0, 3 * d}}, d, 3 * d, true, kMat,
+                      fold(LoraModule::kAttnQkv));
       w.attn_qkv_b = vec(p + "attn.c_attn.bias", 3 * d);
     } else {
       w.attn_qkv_w =
-          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, kMat);
+          load_tensor(source, p + "attn.c_attn.weight", qkv_cols(d), d, 3 * dl, false, kMat,
+                      fold(LoraModule::kAttnQkv));
       // A 1-D tensor's parts are row ranges; side by side they form one row of 3 * dl.
       std::vector<float> b(3 * dl);
       int64_t off = 0;
@@ -159,16 +177,17 @@ absl::Status Model::load_weights(const WeightSource& source) {
       w.attn_qkv_b = backend_.upload(b.data(), b.size() * sizeof(float), false);
     }
     w.attn_proj_w =
-        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, kMat);
+        load_tensor(source, p + "attn.c_proj.weight", {{h0, h1, 0, d}}, dl, d, whole, kMat,
+                    fold(LoraModule::kAttnProj));
     w.attn_proj_b = vec(p + "attn.c_proj.bias", d);
     w.ln_2_g = vec(p + "ln_2.weight", d);
     w.ln_2_b = vec(p + "ln_2.bias", d);
     w.mlp_fc_w = load_tensor(source, p + "mlp.c_fc.weight", {{0, d, ffn_.begin, ffn_.end}}, d,
-                             d_ff_local_, whole, kMat);
+                             d_ff_local_, whole, kMat, fold(LoraModule::kMlpFc));
     w.mlp_fc_b = load_tensor(source, p + "mlp.c_fc.bias", {{ffn_.begin, ffn_.end, 0, 1}},
                              d_ff_local_, 1, whole);
     w.mlp_proj_w = load_tensor(source, p + "mlp.c_proj.weight", {{ffn_.begin, ffn_.end, 0, d}},
-                               d_ff_local_, d, whole, kMat);
+                               d_ff_local_, d, whole, kMat, fold(LoraModule::kMlpProj));
     w.mlp_proj_b = vec(p + "mlp.c_proj.bias", d);
     layer_.push_back(std::move(w));
   }
@@ -220,6 +239,7 @@ void Model::all_reduce(float* data, int64_t count) {
 void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   const int64_t n = step.n_tokens();
   if (n == 0) return;
+  const auto t_start = std::chrono::steady_clock::now();
   LTM_ASSERT(static_cast<int64_t>(step.token_offsets.size()) == step.n_seqs() + 1);
   upload_step(step);
   attn_args_.block_size = cache.block_size();
@@ -230,6 +250,7 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   Backend& b = backend_;
   const int32_t* ids = b.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
   const int32_t* pos = b.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
+  plan_lora_runs(step);
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
@@ -249,32 +270,117 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
     // O = X + Attn(LN1(X))
     b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
+    apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
     b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
     b.kv_cache_write(attn_args_, qkv, cache.k(l), cache.v(l));
     b.paged_attention(attn_args_, qkv, cache.k(l), cache.v(l), attn);
     if (tp) {
       b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
+      apply_lora(l, LoraModule::kAttnProj, attn, proj);      // partial update: summed below
       all_reduce(proj, n * d);
       b.add_bias(proj, w.attn_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
     } else {
       b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
+      apply_lora(l, LoraModule::kAttnProj, attn, hidden);
       b.add_bias(hidden, w.attn_proj_b.f32(), n, d);
     }
     // H = O + FFN(LN2(O))
     b.layer_norm(hidden, w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
+    apply_lora(l, LoraModule::kMlpFc, ln, ff);
     b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
     if (tp) {
       b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
+      apply_lora(l, LoraModule::kMlpProj, ff, proj);
       all_reduce(proj, n * d);
       b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
     } else {
       b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
+      apply_lora(l, LoraModule::kMlpProj, ff, hidden);
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }
+  stage_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+}
+
+absl::Status Model::add_adapter(int32_t id, const LoraAdapter& adapter) {
+  if (id <= 0 || adapters_.count(id))
+    return absl::InternalError(absl::StrCat("LoRA adapter id ", id, " is in use or not positive"));
+  LoraWeights w;
+  for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+    std::array<LoraModuleWeights, kLoraModules> mods;
+    for (int mod = 0; mod < kLoraModules; ++mod) {
+      LoraSlice s = read_lora_slice(adapter, lora_ranges_, l, static_cast<LoraModule>(mod));
+      if (s.empty()) continue;
+      LoraModuleWeights& mw = mods[mod];
+      mw.rank = s.rank;
+      mw.in = s.in;
+      mw.out = s.out;
+      mw.a = backend_.upload(s.a.data(), s.a.size() * sizeof(float), false);
+      mw.b = backend_.upload(s.b.data(), s.b.size() * sizeof(float), false);
+      w.bytes += (s.a.size() + s.b.size()) * sizeof(float);
+    }
+    w.layer.push_back(std::move(mods));
+  }
+  adapters_.emplace(id, std::move(w));
+  return absl::OkStatus();
+}
+
+void Model::remove_adapter(int32_t id) {
+  backend_.synchronize();  // no op still reads it
+  adapters_.erase(id);
+}
+
+uint64_t Model::adapter_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [id, w] : adapters_) total += w.bytes;
+  return total;
+}
+
+// Runs of consecutive sequences with the same adapter: each is a contiguous block of batch rows,
+// so its update is two plain GEMMs on that block. The scheduler orders a batch by adapter, so a
+// step has one run per adapter in it (segmented GEMM; no gather, no per-request loop).
+void Model::plan_lora_runs(const StepInput& step) {
+  lora_runs_.clear();
+  if (step.adapter_ids.empty()) return;
+  LTM_ASSERT(static_cast<int32_t>(step.adapter_ids.size()) == step.n_seqs());
+  int max_rank = 0;
+  for (int32_t s = 0; s < step.n_seqs(); ++s) {
+    const int32_t id = step.adapter_ids[s];
+    if (id == 0) continue;
+    auto it = adapters_.find(id);
+    LTM_ASSERT(it != adapters_.end(), "step names LoRA adapter id ", id, ", which this rank does not hold");
+    const int64_t r0 = step.token_offsets[s], r1 = step.token_offsets[s + 1];
+    if (!lora_runs_.empty() && lora_runs_.back().w == &it->second && lora_runs_.back().row1 == r0)
+      lora_runs_.back().row1 = r1;
+    else
+      lora_runs_.push_back({r0, r1, &it->second});
+    for (const auto& mods : it->second.layer)
+      for (const LoraModuleWeights& mw : mods) max_rank = std::max(max_rank, mw.rank);
+  }
+  const int64_t need = static_cast<int64_t>(step.n_tokens()) * max_rank;
+  if (need > lora_t_elems_) {
+    lora_t_ = backend_.alloc(static_cast<size_t>(need) * sizeof(float));
+    lora_t_elems_ = need;
+  }
+}
+
+void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
+  if (lora_runs_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const LoraRun& run : lora_runs_) {
+    const LoraModuleWeights& mw = run.w->layer[l][static_cast<int>(m)];
+    if (mw.rank == 0) continue;
+    const int64_t rows = run.row1 - run.row0;
+    float* t = lora_t_.f32();
+    // t = x A^T  [rows, r];  out += t B^T  [rows, out_local]  (B carries the scale)
+    backend_.gemm(x + run.row0 * mw.in, mw.a.f32(), t, rows, mw.rank, mw.in, true, 0.0f);
+    backend_.gemm(t, mw.b.f32(), out + run.row0 * mw.out, rows, mw.out, mw.rank, true, 1.0f);
+  }
+  lora_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Model::compute_logits(const StepInput& step, const float* hidden, float* logits) {

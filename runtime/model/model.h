@@ -9,7 +9,9 @@
 // loading errors come back as Status.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "parallel/partition.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/step_input.h"
 #include "runtime/model/weight_source.h"
@@ -51,6 +54,22 @@ struct LayerWeights {
 // and learned positions stay fp32; so do activations and accumulation).
 struct ModelOptions {
   Precision weights = Precision::kF32;
+  // A LoRA adapter folded into the weights at load (--lora-merge): each matrix gets
+  // W += s A^T B^T in fp32 before it is converted and packed. Null: the base model.
+  const LoraAdapter* merge = nullptr;
+};
+
+// One module's LoRA update as this rank holds it on the device (see LoraSlice).
+struct LoraModuleWeights {
+  int rank = 0;                 // 0: no update for this module
+  int64_t in = 0, out = 0;
+  DeviceBuffer a;               // [rank, in_local]
+  DeviceBuffer b;               // [out_local, rank], times the adapter's scale
+};
+// A resident adapter: per local layer, per module (LoraModule order).
+struct LoraWeights {
+  std::vector<std::array<LoraModuleWeights, kLoraModules>> layer;
+  uint64_t bytes = 0;
 };
 
 class Model {
@@ -80,6 +99,19 @@ class Model {
   // device) is this stage's output. Writes this step's K/V into `cache`.
   void run_stage(const StepInput& step, float* hidden, KvCache& cache);
 
+  // Unmerged LoRA adapters, resident side by side; a step names one per sequence
+  // (StepInput::adapter_ids). add_adapter reads this rank's slices of `adapter` (its layers, its
+  // heads' and FFN columns' share, cut like the base weights) under `id` (> 0, unused);
+  // remove_adapter frees them. A step naming an id this rank does not hold is a bug (aborts).
+  absl::Status add_adapter(int32_t id, const LoraAdapter& adapter);
+  void remove_adapter(int32_t id);
+  bool has_adapter(int32_t id) const { return adapters_.count(id) != 0; }
+  uint64_t adapter_bytes() const;
+  // Seconds spent so far in run_stage, and in it on the LoRA products (host clock around the
+  // calls: exact on the CPU backend, enqueue time on an asynchronous one), for benchmarks.
+  double stage_seconds() const { return stage_seconds_; }
+  double lora_seconds() const { return lora_seconds_; }
+
   // Last stage: logits [logit_rows.size(), vocab_local] (device) of this rank's vocab rows for
   // the batch rows in step.logit_rows (padding rows come out as 0 and must be ignored).
   void compute_logits(const StepInput& step, const float* hidden, float* logits);
@@ -93,7 +125,12 @@ class Model {
   absl::Status load_weights(const WeightSource& source);
   DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
                            const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
-                           bool whole, TensorUse use = TensorUse::kPlain);
+                           bool whole, TensorUse use = TensorUse::kPlain,
+                           const LoraSlice* merge = nullptr);
+  // out[rows of each adapter run] += x A^T B^T for module m of local layer l (x [n, in_local],
+  // out [n, out_local]): two GEMMs per run of consecutive sequences with the same adapter.
+  void apply_lora(size_t l, LoraModule m, const float* x, float* out);
+  void plan_lora_runs(const StepInput& step);
   void upload_step(const StepInput& step);
   void ensure_workspace(int64_t n_tokens);
   void all_reduce(float* data, int64_t count);
@@ -105,6 +142,7 @@ class Model {
   parallel::Range layers_, heads_, ffn_, vocab_;
   int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
+  const LoraAdapter* merge_ = nullptr;  // during load only
   Precision weight_precision_ = Precision::kF32;
   double allreduce_seconds_ = 0;
 
@@ -112,6 +150,16 @@ class Model {
   DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only
   DeviceBuffer ln_f_g_, ln_f_b_;  // [d]          last stage
   std::vector<LayerWeights> layer_;  // this stage's layers, in order
+  LoraShardRanges lora_ranges_;      // where this rank's LoRA slices lie in the full tensors
+  std::map<int32_t, LoraWeights> adapters_;  // by id (> 0)
+  struct LoraRun {
+    int64_t row0, row1;       // batch rows [row0, row1)
+    const LoraWeights* w;
+  };
+  std::vector<LoraRun> lora_runs_;  // this step's runs of rows with an adapter
+  DeviceBuffer lora_t_;             // [n_tokens, max rank] x A^T
+  int64_t lora_t_elems_ = 0;
+  double stage_seconds_ = 0, lora_seconds_ = 0;
 
   // Per-step metadata on the device, and its AttentionArgs.
   DeviceBuffer d_token_ids_, d_positions_, d_slot_mapping_, d_token_offsets_, d_context_lens_,

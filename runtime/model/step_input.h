@@ -19,6 +19,9 @@ struct StepInput {
   std::vector<int32_t> block_tables;   // [n_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> logit_rows;     // batch rows whose logits the last stage computes
+  // [n_seqs] the LoRA adapter each sequence runs with (Model::add_adapter's id; 0 = the base
+  // model). Empty: every sequence runs on the base model.
+  std::vector<int32_t> adapter_ids;
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(context_lens.size()); }

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/model/model_config.h"
+#include "runtime/serve/adapters.h"
 
 namespace ltm {
 
@@ -34,6 +36,11 @@ struct EngineInfo {
   std::string dtype = "f32";  // the weights' element type as loaded: "f32", "bf16", "fp16"
   std::string kv_dtype = "f32";  // the KV cache's
   std::function<EngineStats()> stats;
+  // LoRA adapters: the resident ones (thread-safe, cheap), and how to load or unload one (queues
+  // the op; its done callback answers later, from another thread). Empty: the server has none.
+  std::function<std::vector<AdapterStatus>()> adapters;
+  std::function<void(AdapterOp)> adapter_op;
+  std::string lora_dir;  // --lora-dir: where LoadAdapter finds adapters by name ("" = none)
 
   // The context the coordinator validates requests against.
   int64_t max_context() const { return context_length > 0 ? context_length : model.n_positions; }

@@ -104,6 +104,17 @@ grpc::ByteBuffer serialize(const google::protobuf::Message& message) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+void to_proto(const AdapterStatus& a, v1::AdapterInfo* out) {
+  out->set_name(a.name);
+  out->set_loaded(a.loaded);
+  out->set_merged(a.merged);
+  out->set_rank(a.rank);
+  out->set_alpha(a.alpha);
+  for (const std::string& m : a.target_modules) out->add_target_modules(m);
+  out->set_active_requests(a.active_requests);
+  out->set_unloading(a.unloading);
+}
+
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -469,7 +480,11 @@ class Service final
     : public v1::Generation::WithRawCallbackMethod_Generate<
           v1::Generation::WithRawCallbackMethod_GenerateStream<
               v1::Generation::WithRawCallbackMethod_Tokenize<
-                  v1::Generation::WithCallbackMethod_GetModelInfo<v1::Generation::Service>>>> {
+                  v1::Generation::WithCallbackMethod_GetModelInfo<
+                      v1::Generation::WithCallbackMethod_LoadAdapter<
+                          v1::Generation::WithCallbackMethod_UnloadAdapter<
+                              v1::Generation::WithCallbackMethod_ListAdapters<
+                                  v1::Generation::Service>>>>>>> {
  public:
   explicit Service(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -525,8 +540,87 @@ class Service final
       out->set_running(stats.running);
       out->set_requests_served(stats.requests_served);
     }
+    if (info.adapters)
+      for (const AdapterStatus& a : info.adapters()) to_proto(a, out->add_adapters());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // LoRA adapters: the scheduler carries the op out between steps and answers from its thread.
+  grpc::ServerUnaryReactor* LoadAdapter(grpc::CallbackServerContext* ctx,
+                                        const v1::LoadAdapterRequest* request,
+                                        v1::AdapterInfo* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::Status s = state_->authorize(ctx);
+    absl::StatusOr<std::string> dir;
+    if (s.ok()) s = adapters_enabled();
+    if (s.ok()) {
+      dir = resolve_adapter_dir(state_->info.lora_dir, request->name());
+      s = dir.status();
+    }
+    if (!s.ok()) {
+      reactor->Finish(to_grpc(s));
+      return reactor;
+    }
+    AdapterOp op;
+    op.kind = AdapterOp::Kind::kLoad;
+    op.name = request->name();
+    op.dir = *dir;
+    op.done = [reactor, out, name = request->name()](absl::StatusOr<AdapterStatus> r) {
+      if (r.ok()) {
+        to_proto(*r, out);
+        spdlog::info("LoRA adapter \"{}\" loaded (rank {})", name, r->rank);
+      }
+      reactor->Finish(to_grpc(r.status()));
+    };
+    state_->info.adapter_op(std::move(op));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* UnloadAdapter(grpc::CallbackServerContext* ctx,
+                                          const v1::UnloadAdapterRequest* request,
+                                          v1::AdapterInfo* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::Status s = state_->authorize(ctx);
+    if (s.ok()) s = adapters_enabled();
+    if (s.ok() && request->name().size() > kMaxAdapterNameBytes)
+      s = absl::InvalidArgumentError("name is too long");
+    if (!s.ok()) {
+      reactor->Finish(to_grpc(s));
+      return reactor;
+    }
+    AdapterOp op;
+    op.kind = AdapterOp::Kind::kUnload;
+    op.name = request->name();
+    op.force = request->force();
+    op.done = [reactor, out](absl::StatusOr<AdapterStatus> r) {
+      if (r.ok()) to_proto(*r, out);
+      reactor->Finish(to_grpc(r.status()));
+    };
+    state_->info.adapter_op(std::move(op));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* ListAdapters(grpc::CallbackServerContext* ctx,
+                                         const v1::ListAdaptersRequest* /*request*/,
+                                         v1::ListAdaptersResponse* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::Status s = state_->authorize(ctx);
+    if (s.ok()) {
+      std::vector<AdapterStatus> loaded;
+      if (state_->info.adapters) loaded = state_->info.adapters();
+      for (const AdapterStatus& a : loaded) to_proto(a, out->add_adapters());
+      for (const std::string& name : list_adapter_dirs(state_->info.lora_dir)) {
+        if (std::any_of(loaded.begin(), loaded.end(),
+                        [&](const AdapterStatus& a) { return a.name == name; }))
+          continue;
+        AdapterStatus a;
+        a.name = name;
+        to_proto(a, out->add_adapters());
+      }
+    }
+    reactor->Finish(to_grpc(s));
     return reactor;
   }
 
@@ -558,6 +652,17 @@ class Service final
     *out.mutable_token_ids() = request.token_ids();
     out.set_text(std::move(text));
     return absl::OkStatus();
+  }
+
+  absl::Status adapters_enabled() const {
+    if (state_->info.adapter_op) return absl::OkStatus();
+    if (state_->info.adapters)
+      for (const AdapterStatus& a : state_->info.adapters())
+        if (a.merged)
+          return absl::FailedPreconditionError(absl::StrCat(
+              "adapter \"", a.name, "\" is merged into this server's weights (--lora-merge); "
+              "adapters cannot be loaded or unloaded here"));
+    return absl::FailedPreconditionError("this server does not serve LoRA adapters");
   }
 
   std::shared_ptr<State> state_;
@@ -594,6 +699,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
       {v1::GenerateRequest::kStopFieldNumber, kMaxStopStrings, static_cast<int64_t>(kMaxStopBytes),
        "strings"},
       {v1::GenerateRequest::kRequestIdFieldNumber, -1, static_cast<int64_t>(kMaxRequestIdBytes),
+       "bytes"},
+      {v1::GenerateRequest::kAdapterFieldNumber, -1, static_cast<int64_t>(kMaxAdapterFieldBytes),
        "bytes"}};
   // Tokenize: any text the message limit lets through; ids up to one context (their text can be
   // up to max_token_bytes times larger, so they are bounded like a prompt).
@@ -698,7 +805,7 @@ int64_t max_request_bytes(int64_t context_length, int64_t max_token_bytes) {
   const int64_t tokens = std::max<int64_t>(context_length - 1, 1);
   const int64_t prompt = std::max(tokens * std::max<int64_t>(max_token_bytes, 1), tokens * 5);
   const int64_t stops = kMaxStopStrings * static_cast<int64_t>(kMaxStopBytes + 3);
-  const int64_t rest = static_cast<int64_t>(kMaxRequestIdBytes) + 3 + 64;
+  const int64_t rest = static_cast<int64_t>(kMaxRequestIdBytes + kMaxAdapterFieldBytes) + 6 + 64;
   const int64_t total = prompt + 6 + stops + rest + 4096;
   return std::min<int64_t>((total + 1023) / 1024 * 1024, int64_t{1} << 30);
 }

@@ -36,6 +36,8 @@ struct GenerationRequest {
   std::vector<std::string> stop;     // valid UTF-8, non-empty strings
   bool return_logprobs = false;
   bool ignore_eos = false;
+  // The LoRA adapter to run with (a name the scheduler has loaded); empty: the base model.
+  std::string adapter;
   // For the one-shot command's --dump-logits / --dump-prompt-logits (never set by the server):
   // the full-vocab logits each new token was sampled from, and those of every prompt position.
   bool return_full_logits = false;

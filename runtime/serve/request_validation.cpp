@@ -92,6 +92,9 @@ absl::StatusOr<GenerationRequest> make_generation_request(const v1::GenerateRequ
   if (p.request_id().size() > kMaxRequestIdBytes)
     return invalid(absl::StrCat("request_id is ", p.request_id().size(), " bytes long; at most ",
                                 kMaxRequestIdBytes, " are allowed"));
+  if (p.adapter().size() > kMaxAdapterFieldBytes)
+    return invalid(absl::StrCat("adapter is ", p.adapter().size(), " bytes long; at most ",
+                                kMaxAdapterFieldBytes, " are allowed"));
 
   // Sizes before tokenising or copying anything.
   if (has_text && limits.max_prompt_bytes > 0 &&
@@ -147,6 +150,7 @@ absl::StatusOr<GenerationRequest> make_generation_request(const v1::GenerateRequ
   r.stop.assign(p.stop().begin(), p.stop().end());
   r.return_logprobs = p.return_logprobs();
   r.ignore_eos = p.ignore_eos();
+  r.adapter = p.adapter();
   return r;
 }
 

@@ -25,6 +25,7 @@ inline constexpr int32_t kDefaultMaxNewTokens = 16;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopBytes = 1024;      // per stop string
 inline constexpr size_t kMaxRequestIdBytes = 256;
+inline constexpr size_t kMaxAdapterFieldBytes = 128;  // GenerateRequest.adapter
 
 // What a request is checked against.
 struct RequestLimits {

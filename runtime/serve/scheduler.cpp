@@ -24,6 +24,8 @@ struct Scheduler::Sequence {
   Clock::time_point t_submit, t_first_token, t_last_token;
   bool finished = false;
   bool busy = false;  // in a plan that is still in flight
+  int32_t adapter_id = 0;    // LoRA adapter (0: the base model); kept through preemption
+  absl::Status abort;        // set: end with kError and this status at the next reap
   // This step's share (filled while planning).
   int32_t chunk = 0;
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
@@ -68,6 +70,20 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
     if (stats_.queue_depth >= options_.max_queue)
       return absl::ResourceExhaustedError(
           absl::StrCat("queue is full (", options_.max_queue, " requests waiting); retry later"));
+    const bool merged = std::any_of(merged_.begin(), merged_.end(),
+                                    [&](const AdapterStatus& m) { return m.name == seq->req.adapter; });
+    if (!seq->req.adapter.empty() && !merged) {  // the merged adapter is the weights themselves
+      auto it = adapters_.find(seq->req.adapter);
+      if (it == adapters_.end())
+        return absl::NotFoundError(absl::StrCat(
+            "adapter: \"", seq->req.adapter, "\" is not loaded (ListAdapters lists what is; "
+            "LoadAdapter loads one from --lora-dir)"));
+      if (it->second.status.unloading)
+        return absl::FailedPreconditionError(
+            absl::StrCat("adapter: \"", seq->req.adapter, "\" is being unloaded"));
+      seq->adapter_id = it->second.id;
+      it->second.status.active_requests++;
+    }
     seq->id = next_seq_id_++;
     incoming_.push_back(std::move(seq));
     stats_.queue_depth++;
@@ -132,18 +148,25 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   emit(seq, std::move(ev));
   std::lock_guard<std::mutex> lock(mu_);
   stats_.requests_served++;
+  if (seq->adapter_id != 0) {
+    auto it = adapters_.find(seq->req.adapter);
+    if (it != adapters_.end() && it->second.id == seq->adapter_id) it->second.status.active_requests--;
+  }
 }
 
 void Scheduler::reap_cancelled() {
   const auto now = Clock::now();
   // A sequence in flight is reaped once its plan is back (its samples must be matched first).
   auto dead = [&](const Sequence& s) {
-    return !s.busy &&
-           (s.req.cancel->cancelled.load(std::memory_order_relaxed) || now >= s.req.deadline);
+    return !s.busy && (s.req.cancel->cancelled.load(std::memory_order_relaxed) ||
+                       now >= s.req.deadline || !s.abort.ok());
+  };
+  auto reason = [](const Sequence& s) {
+    return s.abort.ok() ? FinishReason::kCancelled : FinishReason::kError;
   };
   for (auto it = running_.begin(); it != running_.end();) {
     if (dead(**it)) {
-      finish(it->get(), FinishReason::kCancelled);
+      finish(it->get(), reason(**it), (*it)->abort);
       it = running_.erase(it);
     } else {
       ++it;
@@ -151,7 +174,7 @@ void Scheduler::reap_cancelled() {
   }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (dead(**it)) {
-      finish(it->get(), FinishReason::kCancelled);
+      finish(it->get(), reason(**it), (*it)->abort);
       it = waiting_.erase(it);
     } else {
       ++it;
@@ -182,6 +205,7 @@ bool Scheduler::step() {
   const Clock::time_point t0 = Clock::now();
   const double allreduce0 = engine_.allreduce_seconds();
   take_incoming();
+  run_adapter_ops();
   reap_cancelled();
   const bool submitted = submit_plan();
   const int in_flight = engine_.in_flight();
@@ -196,11 +220,13 @@ bool Scheduler::step() {
   if (options_.metrics && (submitted || collected))
     options_.metrics->observe_step(std::chrono::duration<double>(Clock::now() - t0).count(),
                                    engine_.allreduce_seconds() - allreduce0);
+  if (!unloads_.empty()) run_adapter_ops();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.kv_blocks_free = blocks_.n_free();
   stats_.running = static_cast<int32_t>(running_.size());
   stats_.queue_depth = static_cast<int32_t>(waiting_.size() + incoming_.size());
-  return submitted || engine_.in_flight() > 0 || !running_.empty() || !waiting_.empty();
+  return submitted || engine_.in_flight() > 0 || !running_.empty() || !waiting_.empty() ||
+         !unloads_.empty() || !adapter_ops_.empty();
 }
 
 bool Scheduler::submit_plan() {
@@ -261,6 +287,10 @@ bool Scheduler::submit_plan() {
     waiting_.pop_front();
   }
   if (batch.empty()) return false;
+  // Sequences of one adapter side by side: each adapter's rows are then one block, whose LoRA
+  // update the model computes with two GEMMs (Model::apply_lora).
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const Sequence* a, const Sequence* b) { return a->adapter_id < b->adapter_id; });
 
   // 3. The plan every rank runs.
   StepPlan step;
@@ -280,6 +310,7 @@ bool Scheduler::submit_plan() {
     }
     in.token_offsets.push_back(in.n_tokens());
     in.context_lens.push_back(seq->n_computed + seq->chunk);
+    in.adapter_ids.push_back(seq->adapter_id);
     for (int32_t b = 0; b < max_blocks; ++b)
       in.block_tables.push_back(b < static_cast<int32_t>(seq->blocks.size()) ? seq->blocks[b] : 0);
     const bool completes = seq->n_computed + seq->chunk == static_cast<int32_t>(seq->tokens.size());
@@ -401,7 +432,8 @@ void Scheduler::serve() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto has_work = [&] {
-        return stopping_ || !incoming_.empty() || !running_.empty() || !waiting_.empty();
+        return stopping_ || !incoming_.empty() || !running_.empty() || !waiting_.empty() ||
+               !adapter_ops_.empty() || !unloads_.empty();
       };
       if (keepalive) {
         if (!cv_.wait_for(lock, period, has_work)) {
@@ -412,7 +444,11 @@ void Scheduler::serve() {
       } else {
         cv_.wait(lock, has_work);
       }
-      if (stopping_ && incoming_.empty() && running_.empty() && waiting_.empty()) return;
+      if (stopping_ && incoming_.empty() && running_.empty() && waiting_.empty()) {
+        lock.unlock();
+        fail_adapter_ops(absl::UnavailableError("server is shutting down"));
+        return;
+      }
       if (stopping_ && Clock::now() >= drain_deadline_) {
         lock.unlock();
         collect_all();
@@ -423,6 +459,7 @@ void Scheduler::serve() {
         for (auto& s : waiting_) finish(s.get(), FinishReason::kCancelled, why);
         running_.clear();
         waiting_.clear();
+        fail_adapter_ops(why);
         return;
       }
     }
@@ -454,6 +491,140 @@ void Scheduler::fail_all(const absl::Status& error) {
   for (auto& s : waiting_) finish(s.get(), FinishReason::kError, error);
   running_.clear();
   waiting_.clear();
+  fail_adapter_ops(error);
+}
+
+absl::Status Scheduler::load_adapter(const std::string& name, const std::string& dir) {
+  return do_load(name, dir).status();
+}
+
+void Scheduler::submit_adapter_op(AdapterOp op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      adapter_ops_.push_back(std::move(op));
+      op.done = nullptr;
+    }
+  }
+  if (op.done) {
+    op.done(absl::UnavailableError("server is draining; not loading or unloading adapters"));
+    return;
+  }
+  cv_.notify_one();
+}
+
+std::vector<AdapterStatus> Scheduler::adapters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<AdapterStatus> out = merged_;
+  for (const auto& [name, a] : adapters_) out.push_back(a.status);
+  return out;
+}
+
+void Scheduler::set_merged_adapter(AdapterStatus merged) {
+  std::lock_guard<std::mutex> lock(mu_);
+  merged.merged = true;
+  merged.loaded = true;
+  merged_.push_back(std::move(merged));
+}
+
+absl::StatusOr<AdapterStatus> Scheduler::do_load(const std::string& name, const std::string& dir) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (adapters_.count(name))
+      return absl::AlreadyExistsError(absl::StrCat("adapter \"", name, "\" is already loaded"));
+    for (const AdapterStatus& m : merged_)
+      if (m.name == name)
+        return absl::AlreadyExistsError(
+            absl::StrCat("adapter \"", name, "\" is merged into the weights (--lora-merge)"));
+    if (static_cast<int32_t>(adapters_.size()) >= options_.lora_max_adapters)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          options_.lora_max_adapters, " adapters are loaded, the most this server holds "
+          "(--lora-max-adapters); unload one first"));
+  }
+  const int32_t id = next_adapter_id_++;
+  LoraSummary summary;
+  LTM_RETURN_IF_ERROR(engine_.load_adapter(id, dir, options_.lora_max_rank, &summary));
+  Adapter a;
+  a.id = id;
+  a.status.name = name;
+  a.status.dir = dir;
+  a.status.loaded = true;
+  a.status.rank = summary.rank;
+  a.status.alpha = summary.alpha;
+  a.status.target_modules = summary.modules;
+  std::lock_guard<std::mutex> lock(mu_);
+  adapters_.emplace(name, a);
+  return a.status;
+}
+
+void Scheduler::run_adapter_ops() {
+  std::deque<AdapterOp> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops.swap(adapter_ops_);
+  }
+  for (AdapterOp& op : ops) {
+    if (op.kind == AdapterOp::Kind::kLoad) {
+      op.done(do_load(op.name, op.dir));
+      continue;
+    }
+    int32_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = adapters_.find(op.name);
+      if (it != adapters_.end()) {
+        it->second.status.unloading = true;
+        id = it->second.id;
+      }
+    }
+    if (id == 0) {
+      op.done(absl::NotFoundError(absl::StrCat("adapter \"", op.name, "\" is not loaded")));
+      continue;
+    }
+    if (op.force) {  // end its requests now (in-flight ones once their step is back)
+      const absl::Status why = absl::AbortedError(
+          absl::StrCat("adapter \"", op.name, "\" was unloaded while this request ran"));
+      for (auto& seq : running_)
+        if (seq->adapter_id == id) seq->abort = why;
+      for (auto& seq : waiting_)
+        if (seq->adapter_id == id) seq->abort = why;
+    }
+    unloads_.push_back(std::move(op));
+  }
+  // Unloads whose adapter no queued, running or in-flight request names any more.
+  for (auto it = unloads_.begin(); it != unloads_.end();) {
+    int32_t id = 0;
+    AdapterStatus status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto a = adapters_.find(it->name);
+      if (a != adapters_.end() && a->second.status.active_requests == 0) {
+        id = a->second.id;
+        status = a->second.status;
+        adapters_.erase(a);
+      }
+    }
+    if (id == 0) {
+      ++it;
+      continue;
+    }
+    engine_.unload_adapter(id);
+    status.loaded = false;
+    status.unloading = false;
+    it->done(status);
+    it = unloads_.erase(it);
+  }
+}
+
+void Scheduler::fail_adapter_ops(const absl::Status& why) {
+  std::deque<AdapterOp> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops.swap(adapter_ops_);
+  }
+  for (AdapterOp& op : ops) op.done(why);
+  for (AdapterOp& op : unloads_) op.done(why);
+  unloads_.clear();
 }
 
 }  // namespace ltm

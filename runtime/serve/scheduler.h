@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "runtime/engine/engine.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/serve/adapters.h"
 #include "runtime/serve/block_allocator.h"
 #include "runtime/serve/metrics.h"
 #include "runtime/serve/request.h"
@@ -37,6 +39,8 @@ struct SchedulerOptions {
   // Latencies, token counts and step times are observed here when set (runtime/serve/metrics.h);
   // it must outlive the scheduler.
   ServeMetrics* metrics = nullptr;
+  int32_t lora_max_rank = 64;      // adapters of a higher rank are refused
+  int32_t lora_max_adapters = 16;  // resident at once
 };
 
 struct SchedulerStats {
@@ -70,6 +74,19 @@ class Scheduler final : public RequestSink {
   // Fails every queued and running request with `error` (the engine is going down).
   void fail_all(const absl::Status& error);
 
+  // LoRA adapters (unmerged: many resident, each request names one by GenerationRequest::adapter;
+  // submit() answers NotFound for a name that is not loaded and FailedPrecondition for one being
+  // unloaded). load_adapter: step thread, before serve()/run_until_idle() (start-up --lora).
+  absl::Status load_adapter(const std::string& name, const std::string& dir);
+  // Any thread: queues a load or unload for the step thread, which calls op.done when it is done:
+  // a load at once; an unload once no queued or running request names the adapter (new ones are
+  // refused meanwhile), or with op.force after failing those requests with ABORTED.
+  void submit_adapter_op(AdapterOp op);
+  // Any thread: the resident adapters, by name.
+  std::vector<AdapterStatus> adapters() const;
+  // An adapter folded into the weights at load, reported by adapters() as merged.
+  void set_merged_adapter(AdapterStatus merged);
+
   SchedulerStats stats() const;
 
  private:
@@ -85,6 +102,14 @@ class Scheduler final : public RequestSink {
   void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
   void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row);
+  void run_adapter_ops();  // step thread: loads, force-unloads, and unloads whose requests are done
+  absl::StatusOr<AdapterStatus> do_load(const std::string& name, const std::string& dir);
+  void fail_adapter_ops(const absl::Status& why);
+
+  struct Adapter {
+    AdapterStatus status;
+    int32_t id = 0;
+  };
 
   Engine& engine_;
   const Tokenizer* tokenizer_;
@@ -99,12 +124,17 @@ class Scheduler final : public RequestSink {
   bool stopping_ = false;
   std::chrono::steady_clock::time_point drain_deadline_;
   SchedulerStats stats_;
+  std::map<std::string, Adapter> adapters_;  // resident, by name (guarded by mu_)
+  std::vector<AdapterStatus> merged_;        // --lora-merge
+  std::deque<AdapterOp> adapter_ops_;        // queued by submit_adapter_op (guarded by mu_)
+  int32_t next_adapter_id_ = 1;              // never reused, so a stale id cannot alias
 
   // Step thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::list<std::unique_ptr<Sequence>> running_;  // in admission order
   std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
   uint64_t next_seq_id_ = 1;
+  std::vector<AdapterOp> unloads_;  // step thread: unloads waiting for their requests
 };
 
 }  // namespace ltm

@@ -63,8 +63,29 @@ TEST(StepPlan, RoundTripKeepsEveryField) {
   EXPECT_TRUE(q->sampling[1].history.empty());
 }
 
+TEST(StepPlan, AdapterIdsAndAdapterControlRoundTrip) {
+  StepPlan p = sample_plan();
+  p.input.adapter_ids.assign(p.input.n_seqs(), 0);
+  p.input.adapter_ids.back() = 7;
+  absl::StatusOr<StepPlan> q = decode_plan(encode_plan(p));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->input.adapter_ids, p.input.adapter_ids);
+  StepPlan load;
+  load.kind = PlanKind::kLoadAdapter;
+  load.adapter_id = 3;
+  load.adapter_max_rank = 64;
+  load.adapter_dir = "/srv/lora/sql-ä";
+  q = decode_plan(encode_plan(load));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->kind, PlanKind::kLoadAdapter);
+  EXPECT_EQ(q->adapter_id, 3);
+  EXPECT_EQ(q->adapter_max_rank, 64);
+  EXPECT_EQ(q->adapter_dir, "/srv/lora/sql-ä");
+}
+
 TEST(StepPlan, EveryKindDecodesToItself) {
-  for (PlanKind kind : {PlanKind::kStep, PlanKind::kShutdown, PlanKind::kKeepAlive}) {
+  for (PlanKind kind : {PlanKind::kStep, PlanKind::kShutdown, PlanKind::kKeepAlive,
+                        PlanKind::kLoadAdapter, PlanKind::kUnloadAdapter}) {
     StepPlan p;
     p.kind = kind;
     absl::StatusOr<StepPlan> q = decode_plan(encode_plan(p));
@@ -81,8 +102,8 @@ TEST(StepPlan, MalformedBuffersAreRefused) {
     EXPECT_EQ(q.status().code(), absl::StatusCode::kDataLoss) << n << " of " << bytes.size();
   }
   EXPECT_EQ(decode_plan(bytes + "x").status().code(), absl::StatusCode::kDataLoss);
-  // The kind is the int32 after the 4-byte magic: 0 and 4 are not kinds.
-  for (int32_t bad : {0, 4, -1}) {
+  // The kind is the int32 after the 4-byte magic: 0 and 6 are not kinds.
+  for (int32_t bad : {0, 6, -1}) {
     std::string b = bytes;
     std::memcpy(b.data() + 4, &bad, sizeof(bad));
     EXPECT_EQ(decode_plan(b).status().code(), absl::StatusCode::kDataLoss) << "kind " << bad;
@@ -101,12 +122,16 @@ namespace {
 TEST(StepPlan, AllEmptyVectorsDecodeWithoutTouchingNull) {
   std::string bytes;
   auto put = [&](int32_t v) { bytes.append(reinterpret_cast<const char*>(&v), 4); };
-  put(0x4c544d31);
+  put(0x4c544d32);
   put(3);  // KeepAlive
   put(0);
   for (int i = 0; i < 6; ++i) put(0);  // token_ids .. block_tables: empty
   put(1);                              // max_blocks_per_seq
   put(0);                              // logit_rows: empty
+  put(0);                              // adapter_ids: empty
+  put(0);                              // adapter_id
+  put(0);                              // adapter_max_rank
+  put(0);                              // adapter_dir: empty
   put(0);                              // no sampling rows
   absl::StatusOr<StepPlan> p = decode_plan(bytes);
   ASSERT_TRUE(p.ok()) << p.status();

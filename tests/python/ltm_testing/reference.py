@@ -15,12 +15,15 @@ class Gpt2Reference:
     def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
                  dtype: torch.dtype = torch.float64, attn_scale: Optional[float] = None,
                  weight_round: Optional[torch.dtype] = None,
-                 kv_round: Optional[torch.dtype] = None):
+                 kv_round: Optional[torch.dtype] = None, lora=None):
         """attn_scale: the factor on q k^T (default 1 / sqrt(d_k), as GPT-2); another value
         builds a deliberately wrong model, to show that a test would see the difference.
         weight_round: round the weight matrices and the tied embedding to this dtype first (what
         a runtime holding 16-bit weights computes with; biases, norms and positions stay).
-        kv_round: round K and V to this dtype before attention (a 16-bit KV cache)."""
+        kv_round: round K and V to this dtype before attention (a 16-bit KV cache).
+        lora: a LoRA adapter in PEFT's layout (ltm_testing.lora.Lora: {"h.<i>.<module>":
+        (A [r, in], B [out, r])} and its scale alpha / r): each adapted linear layer computes
+        h = x W + b + scale * x A^T B^T."""
         def rounded(name, v):
             matrix = name == "wte.weight" or (name.endswith(".weight") and v.dim() == 2
                                               and name != "wpe.weight")
@@ -36,6 +39,17 @@ class Gpt2Reference:
         self.sinusoidal = config.get("position_embedding_type") == "sinusoidal"
         self.dtype = dtype
         self.attn_scale = attn_scale
+        self.lora = {} if lora is None else {
+            k: (a.to(dtype), b.to(dtype)) for k, (a, b) in lora.pairs.items()}
+        self.lora_scale = 1.0 if lora is None else lora.scale
+
+    def _linear(self, x, name):
+        """x W + b for the Conv1D `name` ("h.0.attn.c_attn"), plus its LoRA update if any."""
+        y = x @ self.w[name + ".weight"] + self.w[name + ".bias"]
+        if name in self.lora:
+            a, b = self.lora[name]
+            y = y + self.lora_scale * ((x @ a.T) @ b.T)
+        return y
 
     def _positions(self, n: int) -> torch.Tensor:
         if not self.sinusoidal:
@@ -65,7 +79,7 @@ class Gpt2Reference:
         for l in range(self.n_layer):
             p = f"h.{l}."
             h = self._ln(x, p + "ln_1")
-            qkv = h @ self.w[p + "attn.c_attn.weight"] + self.w[p + "attn.c_attn.bias"]
+            qkv = self._linear(h, p + "attn.c_attn")
             q, k, v = qkv.split(self.d, dim=1)
             q = q.view(n, self.n_head, hd).transpose(0, 1)
             k = k.view(n, self.n_head, hd).transpose(0, 1)
@@ -77,10 +91,10 @@ class Gpt2Reference:
             att = (q @ k.transpose(1, 2)) * scale
             att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
             o = (att @ v).transpose(0, 1).reshape(n, self.d)
-            x = x + o @ self.w[p + "attn.c_proj.weight"] + self.w[p + "attn.c_proj.bias"]
+            x = x + self._linear(o, p + "attn.c_proj")
             h = self._ln(x, p + "ln_2")
-            f = self._gelu(h @ self.w[p + "mlp.c_fc.weight"] + self.w[p + "mlp.c_fc.bias"])
-            x = x + f @ self.w[p + "mlp.c_proj.weight"] + self.w[p + "mlp.c_proj.bias"]
+            f = self._gelu(self._linear(h, p + "mlp.c_fc"))
+            x = x + self._linear(f, p + "mlp.c_proj")
         x = self._ln(x, "ln_f")
         return x @ self.w["wte.weight"].T
 

@@ -1,0 +1,356 @@
+#include "runtime/model/lora.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/check.h"
+#include "runtime/model/dtype.h"
+
+namespace ltm {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kModuleNames[kLoraModules] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                    "mlp.c_proj"};
+// Prefixes PEFT writes before the base model's module path (GPT2LMHeadModel, GPT2Model).
+constexpr const char* kPrefixes[] = {"base_model.model.transformer.", "base_model.model.",
+                                     "transformer.", ""};
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+absl::Status invalid(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+// Input and output width of a module of the base model.
+std::pair<int64_t, int64_t> module_shape(const ModelConfig& c, LoraModule m) {
+  const int64_t d = c.n_embd;
+  switch (m) {
+    case LoraModule::kAttnQkv: return {d, 3 * d};
+    case LoraModule::kAttnProj: return {d, d};
+    case LoraModule::kMlpFc: return {d, c.n_inner};
+    case LoraModule::kMlpProj: return {c.n_inner, d};
+  }
+  return {0, 0};
+}
+
+// Whether a target_modules entry names `m`: PEFT matches entries as suffixes of the module path
+// ("c_proj" names both attn.c_proj and mlp.c_proj; "attn.c_attn" and "h.0.attn.c_attn" one).
+bool target_names(const std::string& target, LoraModule m) {
+  const std::string full = kModuleNames[static_cast<int>(m)];
+  if (target == full) return true;
+  if (full.size() > target.size() && full.ends_with(target) &&
+      full[full.size() - target.size() - 1] == '.')
+    return true;
+  // An entry with a layer path in front ("h.3.attn.c_attn") names the module too.
+  return target.size() > full.size() && target.ends_with(full) &&
+         target[target.size() - full.size() - 1] == '.';
+}
+
+// "h.<layer>.<module>.lora_<A|B>.weight" (after a PEFT prefix) -> parts; false otherwise.
+bool parse_tensor_name(std::string_view name, int64_t* layer, std::string* module, char* which) {
+  for (const char* prefix : kPrefixes) {
+    std::string_view rest = name;
+    const std::string_view p = prefix;
+    if (rest.substr(0, p.size()) != p) continue;
+    rest.remove_prefix(p.size());
+    if (rest.substr(0, 2) != "h.") continue;
+    rest.remove_prefix(2);
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string_view::npos || dot > 9) continue;
+    int64_t l = 0;
+    bool digits = true;
+    for (char c : rest.substr(0, dot)) {
+      if (c < '0' || c > '9') digits = false;
+      l = l * 10 + (c - '0');
+    }
+    if (!digits) continue;
+    rest.remove_prefix(dot + 1);
+    for (std::string_view tail : {".lora_A.weight", ".lora_B.weight", ".lora_A.default.weight",
+                                  ".lora_B.default.weight"}) {
+      if (rest.size() > tail.size() && rest.ends_with(tail)) {
+        *layer = l;
+        *module = std::string(rest.substr(0, rest.size() - tail.size()));
+        *which = tail[6];
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* lora_module_name(LoraModule m) { return kModuleNames[static_cast<int>(m)]; }
+
+absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const ModelConfig& config,
+                                              int max_rank) {
+  std::string dir = dir_arg;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (!is_dir(dir))
+    return absl::NotFoundError(absl::StrCat(dir, ": LoRA adapter folder not found (expected a PEFT "
+                                            "folder with ", kLoraConfigFile, " and ",
+                                            kLoraWeightsFile, ")"));
+  const std::string config_path = absl::StrCat(dir, "/", kLoraConfigFile);
+  const std::string weights_path = absl::StrCat(dir, "/", kLoraWeightsFile);
+  if (!is_file(config_path))
+    return absl::NotFoundError(absl::StrCat(config_path, ": missing (a PEFT adapter folder has ",
+                                            kLoraConfigFile, " beside ", kLoraWeightsFile, ")"));
+  if (!is_file(weights_path)) {
+    const bool bin = is_file(absl::StrCat(dir, "/adapter_model.bin"));
+    return absl::NotFoundError(absl::StrCat(
+        weights_path, ": missing",
+        bin ? " (the folder has adapter_model.bin: save it with safe_serialization=True)" : ""));
+  }
+
+  // --- adapter_config.json -----------------------------------------------------------------------
+  json cfg;
+  {
+    std::ifstream in(config_path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      cfg = json::parse(text.str());
+    } catch (const json::exception& e) {
+      return invalid(config_path, absl::StrCat("invalid JSON: ", e.what()));
+    }
+  }
+  if (!cfg.is_object()) return invalid(config_path, "expected a JSON object");
+  if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA")
+    return invalid(config_path, absl::StrCat("peft_type is ", cfg["peft_type"].dump(),
+                                             "; ltm serves only LORA adapters"));
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer())
+    return invalid(config_path, "\"r\" (the rank) is missing or not an integer");
+  const int64_t r = cfg["r"].get<int64_t>();
+  if (r < 1) return invalid(config_path, absl::StrCat("r = ", r, " must be >= 1"));
+  if (r > max_rank)
+    return invalid(config_path, absl::StrCat("rank r = ", r, " is over the maximum of ", max_rank,
+                                             " (--lora-max-rank)"));
+  double alpha = static_cast<double>(r);  // PEFT's default lora_alpha is 8 = its default r; keep s = 1
+  if (cfg.contains("lora_alpha")) {
+    if (!cfg["lora_alpha"].is_number())
+      return invalid(config_path, "\"lora_alpha\" must be a number");
+    alpha = cfg["lora_alpha"].get<double>();
+  }
+  if (cfg.contains("fan_in_fan_out") && !cfg["fan_in_fan_out"].is_boolean())
+    return invalid(config_path, "\"fan_in_fan_out\" must be true or false");
+  bool rslora = false;
+  if (cfg.contains("use_rslora")) {
+    if (!cfg["use_rslora"].is_boolean()) return invalid(config_path, "\"use_rslora\" must be a boolean");
+    rslora = cfg["use_rslora"].get<bool>();
+  }
+  // Options that change the computation in ways ltm does not implement.
+  auto set = [&](const char* key) {
+    if (!cfg.contains(key)) return false;
+    const json& v = cfg[key];
+    return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_object() && v.empty()) ||
+             (v.is_array() && v.empty()) || (v.is_string() && (v == "none" || v.get<std::string>().empty())));
+  };
+  for (const char* key : {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
+                          "layers_to_transform", "bias"}) {
+    if (set(key))
+      return invalid(config_path, absl::StrCat("\"", key, "\" is ", cfg[key].dump(),
+                                               "; ltm serves plain LoRA (no DoRA, per-module "
+                                               "ranks, saved modules, layer subsets or biases)"));
+  }
+  if (!cfg.contains("target_modules"))
+    return invalid(config_path, "\"target_modules\" is missing");
+  std::vector<std::string> targets;
+  if (cfg["target_modules"].is_string()) {
+    targets.push_back(cfg["target_modules"].get<std::string>());
+  } else if (cfg["target_modules"].is_array()) {
+    for (const json& t : cfg["target_modules"]) {
+      if (!t.is_string()) return invalid(config_path, "\"target_modules\" must hold strings");
+      targets.push_back(t.get<std::string>());
+    }
+  } else {
+    return invalid(config_path, "\"target_modules\" must be a list of module names");
+  }
+  if (targets.empty()) return invalid(config_path, "\"target_modules\" is empty");
+  for (const std::string& t : targets) {
+    bool known = false;
+    for (int m = 0; m < kLoraModules; ++m) known = known || target_names(t, static_cast<LoraModule>(m));
+    if (!known)
+      return invalid(config_path,
+                     absl::StrCat("target module \"", t, "\" is not a module of the base model "
+                                  "(GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj)"));
+  }
+
+  LoraAdapter a;
+  a.dir_ = dir;
+  a.rank_ = static_cast<int>(r);
+  a.alpha_ = static_cast<float>(alpha);
+  a.scale_ = static_cast<float>(rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
+  a.n_layer_ = config.n_layer;
+  a.tensors_.assign(static_cast<size_t>(config.n_layer) * kLoraModules, Pair{});
+
+  // --- adapter_model.safetensors -------------------------------------------------------------------
+  LTM_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(weights_path));
+  a.file_ = std::make_unique<SafetensorsFile>(std::move(file));
+  for (const SafetensorsTensor& t : a.file_->tensors()) {
+    const std::string where = absl::StrCat(weights_path, ": tensor \"", t.name, "\"");
+    int64_t layer = 0;
+    std::string module;
+    char which = 0;
+    if (!parse_tensor_name(t.name, &layer, &module, &which))
+      return invalid(where, "is not a LoRA weight of a GPT-2 module (expected "
+                            "base_model.model.transformer.h.<i>.<module>.lora_A.weight / "
+                            "lora_B.weight)");
+    int m = 0;
+    while (m < kLoraModules && module != kModuleNames[m]) ++m;
+    if (m == kLoraModules)
+      return invalid(where, absl::StrCat("names module \"", module, "\", which the base model does "
+                                         "not have (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc "
+                                         "and mlp.c_proj)"));
+    if (layer >= config.n_layer)
+      return invalid(where, absl::StrCat("names layer ", layer, ", which the base model does not "
+                                         "have (n_layer = ", config.n_layer, ")"));
+    const LoraModule lm = static_cast<LoraModule>(m);
+    bool targeted = false;
+    for (const std::string& tgt : targets) targeted = targeted || target_names(tgt, lm);
+    if (!targeted)
+      return invalid(where, absl::StrCat("is for module ", module, ", which target_modules (",
+                                         absl::StrJoin(targets, ", "), ") does not name"));
+    if (!t.dtype)
+      return invalid(where, absl::StrCat("has dtype ", t.dtype_name, "; ltm reads F32, F16 and BF16"));
+    const auto [in, out] = module_shape(config, lm);
+    const std::vector<int64_t> want =
+        which == 'A' ? std::vector<int64_t>{r, in} : std::vector<int64_t>{out, r};
+    if (t.shape != want)
+      return invalid(where, absl::StrCat("has shape ", shape_string(t.shape), ", expected ",
+                                         shape_string(want), which == 'A' ? " = [r, in]" : " = [out, r]",
+                                         " for ", module, " (r = ", r, ", n_embd = ", config.n_embd,
+                                         ", n_inner = ", config.n_inner, ")"));
+    Pair& p = a.tensors_[a.index(layer, lm)];
+    const SafetensorsTensor*& slot = which == 'A' ? p.a : p.b;
+    if (slot != nullptr) return invalid(where, "appears twice (with and without \".default\"?)");
+    slot = &t;
+  }
+  bool any = false;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    for (int m = 0; m < kLoraModules; ++m) {
+      const Pair& p = a.tensors_[a.index(l, static_cast<LoraModule>(m))];
+      if ((p.a == nullptr) != (p.b == nullptr))
+        return invalid(weights_path,
+                       absl::StrCat("h.", l, ".", kModuleNames[m], " has lora_",
+                                    p.a ? "A" : "B", " but no lora_", p.a ? "B" : "A"));
+      any = any || p.a != nullptr;
+    }
+  }
+  if (!any) return invalid(weights_path, "holds no LoRA weights");
+  return a;
+}
+
+std::vector<std::string> LoraAdapter::modules() const {
+  std::vector<std::string> out;
+  for (int m = 0; m < kLoraModules; ++m) {
+    bool used = false;
+    for (int64_t l = 0; l < n_layer_; ++l) used = used || has(l, static_cast<LoraModule>(m));
+    if (used) out.push_back(kModuleNames[m]);
+  }
+  return out;
+}
+
+void LoraAdapter::read_a(int64_t layer, LoraModule m, const std::vector<parallel::Range>& in,
+                         float* out) const {
+  const SafetensorsTensor& t = *tensors_[index(layer, m)].a;
+  const int64_t cols = t.shape[1];
+  int64_t width = 0;
+  for (const parallel::Range& r : in) width += r.size();
+  const uint8_t* data = file_->tensor_data(t);
+  const int64_t es = dtype_size(*t.dtype);
+  for (int64_t row = 0; row < rank_; ++row) {
+    int64_t col0 = 0;
+    for (const parallel::Range& r : in) {
+      LTM_ASSERT(0 <= r.begin && r.end <= cols);
+      convert_to_f32(*t.dtype, data + (row * cols + r.begin) * es, r.size(),
+                     out + row * width + col0);
+      col0 += r.size();
+    }
+  }
+}
+
+void LoraAdapter::read_b_scaled(int64_t layer, LoraModule m,
+                                const std::vector<parallel::Range>& out_rows, float* out) const {
+  const SafetensorsTensor& t = *tensors_[index(layer, m)].b;
+  const uint8_t* data = file_->tensor_data(t);
+  const int64_t es = dtype_size(*t.dtype);
+  int64_t row0 = 0;
+  for (const parallel::Range& r : out_rows) {
+    LTM_ASSERT(0 <= r.begin && r.end <= t.shape[0]);
+    convert_to_f32(*t.dtype, data + r.begin * rank_ * es, r.size() * rank_, out + row0 * rank_);
+    row0 += r.size();
+  }
+  for (int64_t i = 0; i < row0 * rank_; ++i) out[i] *= scale_;
+}
+
+LoraShardRanges lora_shard_ranges(const ModelConfig& c, parallel::Range heads, parallel::Range ffn) {
+  const int64_t d = c.n_embd, hd = c.head_dim();
+  const parallel::Range cols{heads.begin * hd, heads.end * hd};  // this rank's attention columns
+  const parallel::Range all_d{0, d}, all_ff{0, c.n_inner};
+  LoraShardRanges s;
+  // c_attn: column-parallel over the fused Q | K | V output, per head group.
+  s.in[0] = {all_d};
+  s.out[0] = {{cols.begin, cols.end}, {d + cols.begin, d + cols.end}, {2 * d + cols.begin, 2 * d + cols.end}};
+  // attention c_proj: row-parallel, the rows of this rank's heads.
+  s.in[1] = {cols};
+  s.out[1] = {all_d};
+  // c_fc: column-parallel; mlp c_proj: row-parallel.
+  s.in[2] = {all_d};
+  s.out[2] = {ffn};
+  s.in[3] = {ffn};
+  s.out[3] = {all_d};
+  (void)all_ff;
+  return s;
+}
+
+LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ranges, int64_t layer,
+                          LoraModule m) {
+  LoraSlice s;
+  if (!adapter.has(layer, m)) return s;
+  const int i = static_cast<int>(m);
+  s.rank = adapter.rank();
+  for (const parallel::Range& r : ranges.in[i]) s.in += r.size();
+  for (const parallel::Range& r : ranges.out[i]) s.out += r.size();
+  s.a.resize(static_cast<size_t>(s.rank * s.in));
+  s.b.resize(static_cast<size_t>(s.out * s.rank));
+  adapter.read_a(layer, m, ranges.in[i], s.a.data());
+  adapter.read_b_scaled(layer, m, ranges.out[i], s.b.data());
+  return s;
+}
+
+void merge_lora_rows(const LoraSlice& s, float* w, int64_t row_begin, int64_t row_end) {
+  if (s.empty()) return;
+  const int64_t r = s.rank, n = s.out;
+  LTM_ASSERT(r <= kMaxLoraRank);
+  // W[i, j] += sum_k A[k, i] B[j, k]; accumulated in double, rounded once into the fp32 weight.
+#pragma omp parallel for schedule(static) if ((row_end - row_begin) * n * r > (1 << 18))
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    double a_col[kMaxLoraRank];
+    for (int64_t k = 0; k < r; ++k) a_col[k] = s.a[k * s.in + i];
+    float* row = w + (i - row_begin) * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* b = s.b.data() + j * r;
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k) acc += a_col[k] * b[k];
+      row[j] = static_cast<float>(row[j] + acc);
+    }
+  }
+}
+
+}  // namespace ltm

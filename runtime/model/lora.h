@@ -1,0 +1,127 @@
+// LoRA adapters in PEFT's layout: reading a folder, checking it against the base model, and
+// cutting each rank's slices (docs/architecture.md, "LoRA adapters").
+//
+//   DIR/adapter_config.json        {"peft_type": "LORA", "r": 8, "lora_alpha": 16,
+//                                   "target_modules": ["c_attn", ...], "fan_in_fan_out": true, ...}
+//   DIR/adapter_model.safetensors  base_model.model.transformer.h.<i>.<module>.lora_A.weight [r, in]
+//                                  base_model.model.transformer.h.<i>.<module>.lora_B.weight [out, r]
+//
+// <module> is one of GPT-2's four linear layers: attn.c_attn (in d, out 3d), attn.c_proj (d, d),
+// mlp.c_fc (d, d_ff), mlp.c_proj (d_ff, d). The update of a module is h = x W + s x A^T B^T with
+// s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). A and B have these shapes whatever
+// fan_in_fan_out says: that flag only tells PEFT how the base weight (Conv1D, [in, out]) is
+// stored, which is GPT-2's layout either way, so both values are accepted.
+//
+// LoraAdapter::open validates everything before any tensor is read: every file is there, the
+// config's fields have the types and values ltm implements, every tensor names a module the base
+// has (layer < n_layer, one of the four), A and B come in pairs with the shapes above and rank r,
+// and r <= max_rank. After a successful open no read can fail.
+//
+// Ownership: a LoraAdapter owns its file mapping; movable. Threading: const methods are safe to
+// call concurrently. Failure: NotFound for a missing folder or file, InvalidArgument for every
+// other defect, each with a message naming the file and tensor or field.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "parallel/partition.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
+
+namespace ltm {
+
+// GPT-2's linear layers, in block order.
+enum class LoraModule : int { kAttnQkv = 0, kAttnProj = 1, kMlpFc = 2, kMlpProj = 3 };
+inline constexpr int kLoraModules = 4;
+const char* lora_module_name(LoraModule m);  // "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"
+
+inline constexpr int kMaxLoraRank = 256;  // the largest --lora-max-rank
+inline constexpr const char* kLoraConfigFile = "adapter_config.json";
+inline constexpr const char* kLoraWeightsFile = "adapter_model.safetensors";
+
+class LoraAdapter {
+ public:
+  // Opens and validates DIR against the base model `config`; ranks above `max_rank` are refused.
+  static absl::StatusOr<LoraAdapter> open(const std::string& dir, const ModelConfig& config,
+                                          int max_rank);
+
+  LoraAdapter(LoraAdapter&&) noexcept = default;
+  LoraAdapter& operator=(LoraAdapter&&) noexcept = default;
+
+  const std::string& dir() const { return dir_; }
+  int rank() const { return rank_; }
+  float alpha() const { return alpha_; }
+  float scale() const { return scale_; }  // alpha / r (or alpha / sqrt(r) with use_rslora)
+  // The modules that carry an update in at least one layer ("attn.c_attn", ...), block order.
+  std::vector<std::string> modules() const;
+  bool has(int64_t layer, LoraModule m) const { return tensors_[index(layer, m)].a != nullptr; }
+
+  // Slices of one module's update for a rank, in fp32: A's columns `in` ([r, in.size()]), and
+  // B's rows `out` ([out.size(), r], already multiplied by scale()), read side by side from the
+  // given ranges (the fused QKV output is three ranges, one per part).
+  void read_a(int64_t layer, LoraModule m, const std::vector<parallel::Range>& in, float* out) const;
+  void read_b_scaled(int64_t layer, LoraModule m, const std::vector<parallel::Range>& out_rows,
+                     float* out) const;
+
+ private:
+  struct Pair {
+    const SafetensorsTensor* a = nullptr;  // [r, in]
+    const SafetensorsTensor* b = nullptr;  // [out, r]
+  };
+  LoraAdapter() = default;
+  size_t index(int64_t layer, LoraModule m) const {
+    return static_cast<size_t>(layer) * kLoraModules + static_cast<size_t>(m);
+  }
+
+  std::string dir_;
+  int rank_ = 0;
+  float alpha_ = 0, scale_ = 0;
+  int64_t n_layer_ = 0;
+  std::unique_ptr<SafetensorsFile> file_;  // stable address: tensors_ points into it
+  std::vector<Pair> tensors_;              // [n_layer * kLoraModules]
+};
+
+// What a caller reports of a loaded adapter.
+struct LoraSummary {
+  int rank = 0;
+  float alpha = 0;
+  std::vector<std::string> modules;
+};
+
+// One module's update as a rank holds it: A_local [r, in_local] and B_local [out_local, r]
+// (scaled), host fp32. For a column-parallel base weight (c_attn, c_fc) A is whole and B has the
+// rows of this rank's output columns; for a row-parallel one (c_proj's) A has the columns of
+// this rank's input rows and B is whole, so the ranks' partial updates sum in the block's
+// existing all-reduce.
+struct LoraSlice {
+  int rank = 0;
+  int64_t in = 0, out = 0;
+  std::vector<float> a;  // [rank, in]
+  std::vector<float> b;  // [out, rank], times the adapter's scale
+  bool empty() const { return rank == 0; }
+};
+
+// Where a rank's slices of each module lie in the base model's full tensors (the same cut as the
+// base weights: heads for attention, FFN columns for the MLP).
+struct LoraShardRanges {
+  std::array<std::vector<parallel::Range>, kLoraModules> in;   // ranges of the module's input
+  std::array<std::vector<parallel::Range>, kLoraModules> out;  // ranges of its output
+};
+LoraShardRanges lora_shard_ranges(const ModelConfig& config, parallel::Range heads,
+                                  parallel::Range ffn);
+
+// This rank's slice of one module (empty when the adapter has no update there).
+LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ranges,
+                          int64_t layer, LoraModule m);
+
+// W_local[rows r0..r1) += A_local^T B_local^T for the local base weight [in_local, out_local]
+// (fp32, row-major, as the checkpoint stores Conv1D weights): folding the update in at load.
+void merge_lora_rows(const LoraSlice& s, float* w_rows, int64_t row_begin, int64_t row_end);
+
+}  // namespace ltm
