@@ -275,6 +275,12 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
     hopts.api_key = gopts.api_key;
     hopts.metrics = &metrics;
     hopts.ready = [&warm] { return warm.load(); };
+    hopts.adapters = [&scheduler] {
+      std::vector<std::string> names;
+      for (const AdapterStatus& a : scheduler.adapters())
+        if (a.loaded && !a.unloading) names.push_back(a.name);
+      return names;
+    };
     absl::StatusOr<std::unique_ptr<HttpServer>> h = HttpServer::start(hopts, scheduler, tokenizer, info);
     if (!h.ok()) {
       std::fprintf(stderr, "ltm-worker: cannot serve HTTP on %s: %s\n", o.http.c_str(),

@@ -261,12 +261,23 @@ class Session : public std::enable_shared_from_this<Session> {
     if (target == "/v1/models" || target.starts_with("/v1/models/")) {
       if (method != http::verb::get) return send_method_not_allowed("GET");
       const nlohmann::json model = model_json();
-      if (target == "/v1/models")
+      const std::vector<std::string> adapters =
+          state_->options.adapters ? state_->options.adapters() : std::vector<std::string>();
+      if (target == "/v1/models") {
+        nlohmann::json data = nlohmann::json::array({model});
+        for (const std::string& a : adapters) data.push_back(adapter_json(a));
         return send(200,
-                    nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({model})}}
+                    nlohmann::json{{"object", "list"}, {"data", data}}
                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                     "application/json");
+      }
       const std::string_view id = target.substr(std::string_view("/v1/models/").size());
+      for (const std::string& a : adapters) {
+        if (id == a)
+          return send(200,
+                      adapter_json(a).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                      "application/json");
+      }
       if (id != state_->info.model_name) {
         ApiError e;
         e.http_status = 404;
@@ -291,6 +302,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (it == req.end()) return check_bearer(nullptr, key);
     const std::string_view value(it->value().data(), it->value().size());
     return check_bearer(&value, key);
+  }
+
+  // A LoRA adapter as /v1/models lists it: a model whose parent is the base.
+  nlohmann::json adapter_json(const std::string& name) const {
+    return {{"id", name},
+            {"object", "model"},
+            {"created", state_->created},
+            {"owned_by", "ltm"},
+            {"parent", state_->info.model_name},
+            {"max_model_len", state_->info.max_context()}};
   }
 
   nlohmann::json model_json() const {
@@ -344,6 +365,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!parsed.params.user.empty())
       spdlog::debug("http: {} from user {}", id, parsed.params.user);
 
+    const std::string adapter = parsed.request.adapter;
     auto self = shared_from_this();
     absl::Status s = state_->sink->submit(
         std::move(parsed.request), [self, reducer](GenerationEvent ev) {
@@ -357,6 +379,16 @@ class Session : public std::enable_shared_from_this<Session> {
       builder_.reset();
       state_->count(outcome_of(s.code()));
       ApiError e = api_error(s);
+      if (s.code() == absl::StatusCode::kNotFound && !adapter.empty()) {
+        // "model" named neither the base model nor a loaded adapter.
+        e.http_status = 400;
+        e.type = "invalid_request_error";
+        e.param = "model";
+        e.code = "model_not_found";
+        e.message = absl::StrCat("model \"", adapter, "\" is not served here: this server serves \"",
+                                 state_->info.model_name,
+                                 "\" and the LoRA adapters GET /v1/models lists");
+      }
       StringResponse res = error_response(e);
       if (e.http_status == 429)
         res.set(http::field::retry_after, std::to_string(state_->options.retry_after_s));

@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/serve/engine_info.h"
@@ -62,6 +63,9 @@ struct HttpServerOptions {
   ServeMetrics* metrics = nullptr;  // counts requests; /metrics renders it (404 when null)
   // /health is 200 only when this says so (and the server is not draining); null: always ready.
   std::function<bool()> ready;
+  // The LoRA adapters a request's "model" may name, besides the base model (GET /v1/models lists
+  // them); null: none.
+  std::function<std::vector<std::string>()> adapters;
 };
 
 class HttpServer {

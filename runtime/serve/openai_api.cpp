@@ -241,13 +241,15 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
   params.model = ctx.model_name;
   if (const json* m = field(j, "model")) {
     if (!m->is_string()) return wrong_type("model", "a string", *m);
-    if (m->get<std::string>() != ctx.model_name)
-      return bad(absl::StrCat("model ", m->dump(), " is not served here; this server serves \"",
-                              ctx.model_name, "\" (GET /v1/models)"),
-                 "model", "model_not_found");
   }
 
   v1::GenerateRequest p;
+  // Another name than the base model's names a LoRA adapter (as other OpenAI-compatible servers
+  // do); the scheduler answers NotFound when no such adapter is loaded (http_server.cpp).
+  if (const json* m = field(j, "model"); m != nullptr && m->get<std::string>() != ctx.model_name) {
+    params.model = m->get<std::string>();
+    p.set_adapter(params.model);
+  }
   if (auto e = get_prompt(j, p)) return e;
 
   std::optional<int64_t> i;

@@ -6,6 +6,7 @@ the unmerged one does; preempted and recomputed requests keep their adapter. Ser
 (tp 2 x pp 2) unless said; loopback only, every wait bounded."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -13,6 +14,7 @@ import grpc
 import pytest
 
 from ltm_testing.checkpoint import load_config, make_checkpoint
+from ltm_testing.http import HttpServer
 from ltm_testing.e2e import *  # noqa: F401,F403  (fixtures, clients, wire helpers)
 from ltm_testing.e2e import CONTEXT, GPT2_DIR
 from ltm_testing.lora import make_adapter
@@ -49,8 +51,10 @@ def write_adapters(root, model):
 @pytest.fixture(scope="module")
 def lora_server(small_model, tmp_path_factory):
     root = write_adapters(str(tmp_path_factory.mktemp("adapters") / "lora"), small_model)
-    srv = Server(small_model, extra=["--kv-memory-mb", 16, "--lora-dir", root, "--lora-max-rank", 16],
-                 log_dir=str(tmp_path_factory.mktemp("logs")), name="lora")
+    # With the HTTP front door too, whose OpenAI "model" field names an adapter.
+    srv = HttpServer(small_model,
+                     extra=["--kv-memory-mb", 16, "--lora-dir", root, "--lora-max-rank", 16],
+                     log_dir=str(tmp_path_factory.mktemp("logs")), name="lora")
     with srv:
         srv.lora_dir = root
         client = srv.client(timeout=120)
@@ -116,6 +120,29 @@ def test_a_batch_mixing_three_adapters_and_the_base_equals_each_alone(lora_serve
     for i in range(3):
         base = list(client.generate(**dict(reqs[i], adapter="")).token_ids)
         assert base != alone[i], f"adapter {reqs[i]['adapter']} did not change the output"
+
+
+def test_http_model_field_names_the_adapter(lora_server):
+    client = lora_server.client(timeout=120)
+    base_name = client.model_info().model_name
+    status, _, body = lora_server.request("GET", "/v1/models")
+    assert status == 200, body
+    listed = {m["id"]: m for m in json.loads(body)["data"]}
+    assert {base_name, "a", "b", "c"} <= set(listed), listed
+    assert listed["a"]["parent"] == base_name
+    for i, adapter in enumerate(["a", "b", ""]):
+        r = req(i, adapter)
+        grpc_text = client.generate(**r).text
+        http = lora_server.complete(model=adapter or base_name, prompt=list(r["prompt_token_ids"]),
+                                    max_tokens=r["max_new_tokens"], temperature=0, ignore_eos=True)
+        assert http["model"] == (adapter or base_name)
+        assert http["choices"][0]["text"] == grpc_text, f"adapter {adapter or 'base'}: HTTP != gRPC"
+    status, _, body = lora_server.request("POST", "/v1/completions",
+                                          {"model": "zzz", "prompt": "Hi", "max_tokens": 2})
+    err = json.loads(body)["error"]
+    assert status == 400 and err["param"] == "model" and err["code"] == "model_not_found", body
+    assert "zzz" in err["message"]
+    assert lora_server.complete(model="c", prompt="Hi", max_tokens=2)["model"] == "c"  # still serving
 
 
 def test_unload_waits_for_its_requests_and_force_ends_them(lora_server):
