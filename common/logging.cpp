@@ -17,13 +17,6 @@ namespace {
 std::atomic<int> g_rank{-1};
 thread_local std::string t_request_id;
 
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
-  }
-  return 0;
-}
-
 // %* in the pattern: "HOST rRANK" and " req ID" while a LogRequestScope is alive.
 class ContextFlag : public spdlog::custom_flag_formatter {
  public:
@@ -60,6 +53,13 @@ class StderrSink final : public spdlog::sinks::ansicolor_stderr_sink_mt {
 };
 
 }  // namespace
+
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return 0;
+}
 
 void set_status_line_drawn(bool drawn) { g_status_line.store(drawn); }
 

@@ -22,6 +22,9 @@ namespace ltm {
 void log_to_stderr();
 void set_log_rank(int rank);
 
+// This process's rank as its launcher says (the variables above), before MPI starts; 0 alone.
+int launcher_rank();
+
 // Whether stderr is a terminal that should get colour and progress lines (isatty, NO_COLOR
 // unset, TERM not "dumb").
 bool stderr_is_terminal();

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/logging.h"
 #include "common/memory.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
@@ -23,6 +24,7 @@
 #include "runtime/serve/auth.h"
 #include "runtime/serve/grpc_server.h"
 #include "runtime/serve/http_server.h"
+#include "runtime/serve/loading_responder.h"
 #include "runtime/serve/metrics.h"
 #include "runtime/model/npy.h"
 #include "runtime/serve/scheduler.h"
@@ -193,7 +195,8 @@ std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal.store(sig); }
 
 // Serving on rank 0. Returns the exit code.
-int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
+int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
+          std::unique_ptr<LoadingResponder> loading) {
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
   SchedulerOptions sopts{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches,
@@ -281,6 +284,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer) {
         if (a.loaded && !a.unloading) names.push_back(a.name);
       return names;
     };
+    loading.reset();  // releases the address for the real front door
     absl::StatusOr<std::unique_ptr<HttpServer>> h = HttpServer::start(hopts, scheduler, tokenizer, info);
     if (!h.ok()) {
       std::fprintf(stderr, "ltm-worker: cannot serve HTTP on %s: %s\n", o.http.c_str(),
@@ -346,6 +350,16 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action
   // (terminate) must not kill a rank that has no handler (only a serving rank 0 installs one).
   signal(SIGUSR1, SIG_IGN);
+  // A server's HTTP port answers 503 "loading" while rank 0 loads (runtime/serve/loading_responder.h).
+  std::unique_ptr<LoadingResponder> loading;
+  if (!o.http.empty() && !o.listen.empty() && launcher_rank() == 0) {
+    absl::StatusOr<std::unique_ptr<LoadingResponder>> l = LoadingResponder::start(o.http);
+    if (l.ok()) {
+      loading = std::move(*l);
+    } else {
+      spdlog::warn("{}", std::string(l.status().message()));  // the front door says it again
+    }
+  }
   absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
@@ -392,7 +406,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
                              "model folder, or --tokenizer DIR)\n");
         code = 2;
       } else {
-        code = serve(o, rs, *tokenizer);
+        code = serve(o, rs, *tokenizer, std::move(loading));
       }
     } else if (!o.perplexity.empty()) {
       code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);

@@ -731,6 +731,24 @@ void do_accept(const std::shared_ptr<State>& state) {
 
 using http_server_internal::State;
 
+absl::StatusOr<HttpAddress> parse_http_address(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("--http ", address, ": not HOST:PORT"));
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  boost::system::error_code ec;
+  net::ip::make_address(host, ec);
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http ", address, ": ", host, " is not an IP address"));
+  return HttpAddress{host, port};
+}
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& options,
                                                               RequestSink& sink,
                                                               const Tokenizer& tokenizer,
@@ -745,21 +763,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
     return absl::InvalidArgumentError("max_connections must be >= 1");
   if (!(options.idle_timeout_s > 0))
     return absl::InvalidArgumentError("the HTTP idle timeout must be > 0 seconds");
+  absl::StatusOr<HttpAddress> parsed = parse_http_address(options.address);
+  if (!parsed.ok()) return parsed.status();
   const size_t colon = options.address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(options.address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http ", options.address, ": not HOST:PORT"));
-  std::string host = options.address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (host == "localhost") host = "127.0.0.1";
+  const int port = parsed->port;
   boost::system::error_code ec;
-  const net::ip::address ip = net::ip::make_address(host, ec);
-  if (ec)
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http ", options.address, ": ", host, " is not an IP address"));
+  const net::ip::address ip = net::ip::make_address(parsed->ip, ec);
 
   auto state = std::make_shared<State>();
   state->options = options;

@@ -68,6 +68,13 @@ struct HttpServerOptions {
   std::function<std::vector<std::string>()> adapters;
 };
 
+// --http's HOST:PORT as an IP address (localhost: 127.0.0.1; [v6] without brackets) and a port.
+struct HttpAddress {
+  std::string ip;
+  int port = 0;
+};
+absl::StatusOr<HttpAddress> parse_http_address(const std::string& address);
+
 class HttpServer {
  public:
   // Binds and starts the threads. Unavailable when the address cannot be bound.

@@ -15,6 +15,7 @@ Debian 12), while gRPC clients use the same server (runtime/serve/http_server.h)
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import json
 import os
 import random
@@ -541,3 +542,86 @@ def test_api_key_queue_full_and_draining(model, tmp_path):
         assert events[-1]["choices"][0]["finish_reason"] == "length"
         first.close()
         assert srv.wait(30) == 0, srv.log_tail()
+
+
+def test_health_is_503_while_the_model_loads(model, tmp_path):
+    """The HTTP port answers 503 "loading" from before the checkpoint is read until the server is
+    up. The load is held deterministically: config.json is a FIFO that this test feeds only once it
+    has seen the 503s (every open of it blocks until a writer comes)."""
+    import shutil
+    from ltm_testing.server import free_port
+    slow = str(tmp_path / "slow")
+    shutil.copytree(model, slow)
+    config = os.path.join(slow, "config.json")
+    with open(config, "rb") as f:
+        config_bytes = f.read()
+    os.remove(config)
+    os.mkfifo(config)
+    http_port, grpc_port = free_port(), free_port()
+    log = open(tmp_path / "worker.log", "w")
+    proc = subprocess.Popen([os.environ["LTM_WORKER"], "--model", slow, "--listen",
+                             f"127.0.0.1:{grpc_port}", "--http", f"127.0.0.1:{http_port}",
+                             "--kv-memory-mb", "16", "--threads", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+    def feed():
+        with open(config, "wb") as w:  # blocks until the worker has the FIFO open
+            # Later opens find a plain file; the worker's open one still reads the FIFO.
+            with open(config + ".tmp", "wb") as f:
+                f.write(config_bytes)
+            os.replace(config + ".tmp", config)
+            w.write(config_bytes)
+
+    def get(method, path, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            return r.status, r.getheader("Retry-After"), r.read()
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=feed, daemon=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the port opens before anything is loaded
+            assert proc.poll() is None, open(tmp_path / "worker.log").read()
+            try:
+                status, retry, body = get("GET", "/health")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the HTTP port never opened while loading"
+                time.sleep(0.05)
+        assert status == 503 and retry == "1" and json.loads(body) == {"status": "loading"}, body
+        status, _, body = get("POST", "/v1/completions", json.dumps({"prompt": "Hi"}))
+        err = json.loads(body)["error"]
+        assert status == 503 and err["code"] == "loading" and err["type"] == "service_unavailable"
+        # Let the load go on: the same port ends up serving, /health 200 once a step has run.
+        writer.start()
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, open(tmp_path / "worker.log").read()
+            try:
+                status, _, body = get("GET", "/health")
+                if status == 200:
+                    break
+            except OSError:
+                pass  # the moment between the stand-in closing and the server binding
+            assert time.monotonic() < deadline, "never healthy after the load"
+            time.sleep(0.1)
+        status, _, body = get("POST", "/v1/completions",
+                              json.dumps({"prompt": "Hi", "max_tokens": 2, "temperature": 0}))
+        assert status == 200, body
+    finally:
+        if writer.is_alive():  # unblock a writer still waiting for a reader
+            try:
+                os.close(os.open(config, os.O_RDONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
