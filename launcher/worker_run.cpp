@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "common/memory.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
@@ -215,7 +216,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   info.pp = o.pp;
   info.dtype = precision_name(rs.model->weight_precision());
   info.kv_dtype = precision_name(rs.kv_precision);
-  metrics.set_build_info({LTM_PROJECT_VERSION, absl::StrCat("tp", o.tp, "pp", o.pp), info.dtype,
+  metrics.set_build_info({version(), absl::StrCat("tp", o.tp, "pp", o.pp), info.dtype,
                           info.kv_dtype});
   metrics.set_stats_source([&scheduler] {
     const SchedulerStats s = scheduler.stats();

@@ -395,7 +395,10 @@ def test_metrics_parse_strictly_and_move(server):
     assert fams["ltm_step_seconds"].type == "histogram"
     (build,) = fams["ltm_build_info"].samples
     assert build.labels["layout"] == "tp2pp2" and build.labels["weight_dtype"] == "f32"
-    assert build.labels["kv_dtype"] == "f32" and build.labels["version"]
+    assert build.labels["kv_dtype"] == "f32"
+    version = subprocess.run([os.environ["LTM_WORKER"], "--version"], capture_output=True,
+                             text=True, check=True).stdout.split()[-1]
+    assert build.labels["version"] == version  # the git version every binary prints
     total = server.model_info().kv_blocks_total
     assert server.sample("ltm_kv_blocks_total", fams) == total
 
