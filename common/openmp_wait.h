@@ -48,9 +48,15 @@ inline void bound_openmp_spin(char** argv) {
   for (const char* c = spin; *c; ++c) {
     if (*c < '0' || *c > '9') return;  // not a count: leave libgomp alone
   }
+  // Exec the binary by its real path, not /proc/self/exe: the kernel names the process after
+  // the file exec'd (/proc/PID/comm), and ps, pgrep and job scripts look for "ltm-worker".
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof(self) - 1)) return;
+  self[n] = '\0';
   if (::setenv("GOMP_SPINCOUNT", spin, 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("GOMP_SPINCOUNT");  // exec failed (no /proc): carry on as we are
+  ::execv(self, argv);
+  ::unsetenv("GOMP_SPINCOUNT");  // exec failed: carry on as we are
 }
 
 }  // namespace ltm

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from ltm_testing.checkpoint import make_checkpoint
+from ltm_testing.e2e import GPT2_DIR
 from ltm_testing.worker import generate_json
 
 BENCH = os.path.join(os.environ.get("LTM_BUILD_DIR", "build"), "launcher", "ltm-bench")
@@ -15,7 +16,7 @@ BENCH = os.path.join(os.environ.get("LTM_BUILD_DIR", "build"), "launcher", "ltm-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("threads") / "m")
-    make_checkpoint(path, seed=5)
+    make_checkpoint(path, seed=5, copy_vocab_from=GPT2_DIR)  # a vocabulary: it can serve
     return path
 
 
@@ -62,3 +63,27 @@ def test_bench_measures_a_batch(model):
     for l in kinds.values():
         assert l["batch"] == 3 and l["tokens_per_s"] > 0, l
         assert "OpenMP spin 2000)" in l["backend"], l
+
+
+def test_the_exec_keeps_the_process_name(model):
+    """After the exec (which sets GOMP_SPINCOUNT) the process is still called ltm-worker, as
+    ps, pgrep and the Slurm tests find it (exec'ing /proc/self/exe would rename it "exe")."""
+    import time
+    from ltm_testing.server import free_port
+    proc = subprocess.Popen([os.environ["LTM_WORKER"], "--model", model, "--listen",
+                             f"127.0.0.1:{free_port()}", "--threads", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "the worker exited"
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                if b"GOMP_SPINCOUNT=2000\0" in f.read():
+                    break
+            assert time.monotonic() < deadline, "GOMP_SPINCOUNT never set"
+            time.sleep(0.05)
+        with open(f"/proc/{proc.pid}/comm") as f:
+            assert f.read().strip() == "ltm-worker"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
