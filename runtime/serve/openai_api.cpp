@@ -423,41 +423,36 @@ std::string CompletionBuilder::logprobs_json(const std::vector<TokenLogprob>& lp
                    {"text_offset", offsets}});
 }
 
-std::string CompletionBuilder::full_json(const std::string& text,
-                                         const std::vector<TokenLogprob>& logprobs,
-                                         FinishReason finish, int32_t prompt_tokens,
-                                         int32_t completion_tokens) {
-  json choice = {{"text", params_.echo ? params_.prompt_text + text : text}, {"index", 0}};
+json CompletionBuilder::completion(const std::string& text,
+                                  const std::vector<TokenLogprob>& logprobs,
+                                  FinishReason finish) {
+  json choice = {{"text", text}, {"index", 0}};
   choice["logprobs"] =
       params_.logprobs >= 0 ? json::parse(logprobs_json(logprobs)) : json(nullptr);
   const char* fr = openai_finish_reason(finish);
   choice["finish_reason"] = fr ? json(fr) : json(nullptr);
-  json out = {{"id", id_},
-              {"object", "text_completion"},
-              {"created", created_},
-              {"model", params_.model},
-              {"choices", json::array({choice})},
-              {"usage",
-               {{"prompt_tokens", prompt_tokens},
-                {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return {{"id", id_},
+          {"object", "text_completion"},
+          {"created", created_},
+          {"model", params_.model},
+          {"choices", json::array({choice})}};
+}
+
+std::string CompletionBuilder::full_json(const std::string& text,
+                                         const std::vector<TokenLogprob>& logprobs,
+                                         FinishReason finish, int32_t prompt_tokens,
+                                         int32_t completion_tokens) {
+  json out = completion(params_.echo ? params_.prompt_text + text : text, logprobs, finish);
+  out["usage"] = {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion_tokens},
+                  {"total_tokens", prompt_tokens + completion_tokens}};
   return dump(out);
 }
 
 std::string CompletionBuilder::chunk_json(const std::string& text,
                                           const std::vector<TokenLogprob>& logprobs,
                                           FinishReason finish) {
-  json choice = {{"text", text}, {"index", 0}};
-  choice["logprobs"] =
-      params_.logprobs >= 0 ? json::parse(logprobs_json(logprobs)) : json(nullptr);
-  const char* fr = openai_finish_reason(finish);
-  choice["finish_reason"] = fr ? json(fr) : json(nullptr);
-  json out = {{"id", id_},
-              {"object", "text_completion"},
-              {"created", created_},
-              {"model", params_.model},
-              {"choices", json::array({choice})}};
-  return dump(out);
+  return dump(completion(text, logprobs, finish));
 }
 
 std::string CompletionBuilder::usage_chunk_json(int32_t prompt_tokens, int32_t completion_tokens) {

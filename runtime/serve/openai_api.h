@@ -25,6 +25,7 @@
 // Every refusal is an ApiError naming the field in `param` (OpenAI's error object).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -116,6 +117,10 @@ class CompletionBuilder {
 
  private:
   std::string logprobs_json(const std::vector<TokenLogprob>& lps);
+  // The response object both shapes share (id, object, created, model, one choice).
+  nlohmann::ordered_json completion(const std::string& text,
+                                    const std::vector<TokenLogprob>& logprobs,
+                                    FinishReason finish);
   const Tokenizer& tokenizer_;
   CompletionParams params_;
   std::string id_;
