@@ -16,6 +16,7 @@
 #include <boost/program_options.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
 #include "runtime/model/capacity_plan.h"
 #include "runtime/model/model_config.h"
 
@@ -77,12 +78,17 @@ int main(int argc, char** argv) {
       ("overhead-mb", po::value(&overhead_mb), "per-rank memory besides weights and KV cache, MiB")
       ("json", po::bool_switch(&json), "print one JSON object")
       ("list-devices", po::bool_switch(&list), "print the built-in device table with its sources")
-      ("help,h", "this help");
+      ("help,h", "this help")
+      ("version", "print the version and exit");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
     if (vm.count("help")) {
       std::cout << desc;
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << ltm::version_line("ltm-plan");
       return 0;
     }
     po::notify(vm);

@@ -1,7 +1,7 @@
 """The binaries' --help and --version, and what log lines look like (common/logging.h) and where
 colour and load progress go (runtime/model/load_progress.h).
 
-- every binary (ltm-worker, ltm-client, ltm-loadgen, ltm-bench, launcher/ltm-mpirun) answers
+- every binary (ltm-worker, ltm-client, ltm-loadgen, ltm-bench, ltm-plan, launcher/ltm-mpirun) answers
   --help with its usage and exit 0, and --version with "NAME VERSION", VERSION being
   `git describe --always --dirty` of the source tree (the build configures it) - the same for all;
 - logs written to a file carry no ESC byte, while the same command on a terminal (a pty, TERM set)
@@ -31,6 +31,7 @@ BINARIES = {
     "ltm-client": os.path.join(BUILD, "launcher", "ltm-client"),
     "ltm-loadgen": os.path.join(BUILD, "launcher", "ltm-loadgen"),
     "ltm-bench": os.path.join(BUILD, "launcher", "ltm-bench"),
+    "ltm-plan": os.path.join(BUILD, "launcher", "ltm-plan"),
     "ltm-mpirun": os.path.join(SOURCE, "launcher", "ltm-mpirun"),
 }
 # A log line: "[date time] [HOST rN] [level] message" (with " req ID" after the rank).
