@@ -47,6 +47,20 @@ def model(tmp_path_factory) -> str:
     return path
 
 
+# Generation long enough to outlast a test's steps: the small model writes its 240 tokens in
+# ~0.35 s, which a test that waits to see a request running (or queued) can miss on a loaded
+# machine; this one takes ~3 s for LONG_TOKENS (measured on the 2-core VM, idle).
+LONG = dict(n_positions=1024, n_embd=256, n_layer=4, n_head=4)
+LONG_TOKENS = 1000
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("http") / "long")
+    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=12, **LONG)
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
     srv = HttpServer(model, extra=["--kv-memory-mb", 16], name="http",
@@ -352,33 +366,41 @@ def recv_all(s: socket.socket) -> bytes:
 
 # ---- disconnects ------------------------------------------------------------------------------
 
-def test_disconnect_mid_stream_frees_the_blocks(server):
-    server.wait_http_idle()
-    before = server.sample("ltm_requests_total", front_door="http", outcome="cancelled")
-    for stream in (True, False):
-        gen_before = server.sample("ltm_generation_tokens_total")
-        conn = server.connection()
-        conn.request("POST", "/v1/completions", headers=server.headers(), body=json.dumps(
-            {"prompt": "A long story", "max_tokens": 240, "ignore_eos": True, "stream": stream}))
-        if stream:
-            resp = conn.getresponse()
-            assert resp.status == 200
-            assert resp.readline().startswith(b"data: ")  # generating
-        wait_for(lambda: server.sample("ltm_running_sequences") == 1, "the request runs")
-        fams = server.metrics()
-        assert server.sample("ltm_kv_blocks_used", fams) > 0
-        conn.sock.shutdown(socket.SHUT_RDWR)
-        conn.close()
-        fams = server.wait_http_idle(timeout=20)
-        # It ended as cancelled, long before its 240 tokens: the scheduler dropped it.
-        assert server.sample("ltm_requests_total", fams, front_door="http",
-                             outcome="cancelled") == before + 1
-        generated = server.sample("ltm_generation_tokens_total", fams) - gen_before
-        assert generated < 200, f"{generated} tokens: the request was not cancelled"
-        assert server.sample("ltm_e2e_request_latency_seconds_count", fams) >= 1
-        before += 1
-    info = server.wait_idle()
-    assert info.kv_blocks_free == info.kv_blocks_total
+def test_disconnect_mid_stream_frees_the_blocks(long_model, tmp_path):
+    """A client that goes away, streaming or not, has its request cancelled and its blocks freed.
+    "Running" is read from what cannot be missed: the first SSE event, or the generated-tokens
+    counter moving (a gauge that is 1 only while the request runs could be sampled too late)."""
+    with HttpServer(long_model, extra=["--kv-memory-mb", 16], name="disconnect",
+                    log_dir=str(tmp_path)) as server:
+        server.wait_http_idle()
+        before = server.sample("ltm_requests_total", front_door="http", outcome="cancelled")
+        for stream in (True, False):
+            gen_before = server.sample("ltm_generation_tokens_total")
+            conn = server.connection()
+            conn.request("POST", "/v1/completions", headers=server.headers(), body=json.dumps(
+                {"prompt": "A long story", "max_tokens": LONG_TOKENS, "ignore_eos": True,
+                 "stream": stream}))
+            if stream:
+                resp = conn.getresponse()
+                assert resp.status == 200
+                assert resp.readline().startswith(b"data: ")  # generating
+            wait_for(lambda: server.sample("ltm_generation_tokens_total") > gen_before,
+                     "the request generates")
+            fams = server.metrics()
+            assert server.sample("ltm_kv_blocks_used", fams) > 0
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            fams = server.wait_http_idle(timeout=20)
+            # It ended as cancelled, long before its tokens were done: the scheduler dropped it.
+            assert server.sample("ltm_requests_total", fams, front_door="http",
+                                 outcome="cancelled") == before + 1, server.log_tail()
+            generated = server.sample("ltm_generation_tokens_total", fams) - gen_before
+            assert generated < LONG_TOKENS * 0.9, \
+                f"{generated} tokens: the request was not cancelled"
+            assert server.sample("ltm_e2e_request_latency_seconds_count", fams) >= 1
+            before += 1
+        info = server.wait_idle()
+        assert info.kv_blocks_free == info.kv_blocks_total
 
 
 # ---- metrics ----------------------------------------------------------------------------------
@@ -488,11 +510,11 @@ def test_load_64_concurrent_streams(server):
 
 # ---- API key, full queue, draining (a server of their own) ------------------------------------
 
-def test_api_key_queue_full_and_draining(model, tmp_path):
+def test_api_key_queue_full_and_draining(long_model, tmp_path):
     key = "s3cret-key-for-tests"
     key_file = tmp_path / "key"
     key_file.write_text(key + "\n")
-    srv = HttpServer(model, api_key=key, name="limits", log_dir=str(tmp_path),
+    srv = HttpServer(long_model, api_key=key, name="limits", log_dir=str(tmp_path),
                      extra=["--kv-memory-mb", 8, "--max-running", 1, "--max-queue", 1,
                             "--api-key-file", str(key_file), "--drain-timeout", 60],
                      client_options={"api_key": key})
@@ -513,7 +535,9 @@ def test_api_key_queue_full_and_draining(model, tmp_path):
         assert srv.sample("ltm_requests_total", front_door="http", outcome="unauthenticated") == 3
 
         # Full queue: one running (--max-running 1), one waiting (--max-queue 1), the next 429.
-        long = {"prompt": "A long story", "max_tokens": 240, "ignore_eos": True, "stream": True}
+        # The first must still be running when the second is sent and when SIGTERM comes.
+        long = {"prompt": "A long story", "max_tokens": LONG_TOKENS, "ignore_eos": True,
+                "stream": True}
         first = srv.connection()
         first.request("POST", "/v1/completions", json.dumps(long), srv.headers())
         r1 = first.getresponse()
