@@ -82,6 +82,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
   virtual std::string describe() const = 0;  // "cpu (2 threads, OpenBLAS ...)", "cuda:0 (NVIDIA H200)"
+  // Host threads the caller may use beside the backend's work (the engine samples the rows of a
+  // step on them): the CPU backend's --threads, 1 for a device backend.
+  virtual int host_threads() const { return 1; }
 
   // --- memory ---
   virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised

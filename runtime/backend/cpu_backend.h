@@ -15,6 +15,7 @@ class CpuBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   std::string describe() const override;
+  int host_threads() const override { return n_threads_; }
   int threads() const { return n_threads_; }
 
   DeviceBuffer alloc(size_t bytes) override;

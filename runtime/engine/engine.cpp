@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -10,6 +12,40 @@
 #include "runtime/engine/candidate_exchange.h"
 
 namespace ltm {
+
+namespace {
+
+// f(i, scratch) for i in [0, m) on up to `threads` OpenMP threads (rows are independent: each has
+// its own RNG stream, runtime/engine/sampler.h), each thread with its own scratch vector. The
+// sampler's checks throw; an exception leaves no OpenMP region, so the first is carried out and
+// rethrown here.
+template <typename F>
+void for_each_row(int64_t m, int threads, F&& f) {
+  if (threads <= 1 || m <= 1) {
+    std::vector<float> scratch;
+    for (int64_t i = 0; i < m; ++i) f(i, scratch);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex mu;
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, m)))
+  {
+    std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < m; ++i) {
+      try {
+        f(i, scratch);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
 namespace {
 
 constexpr int kTagHidden = 101;
@@ -229,7 +265,6 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   backend_.copy_to_host(host_logits_.data(), logits_.data(), bytes);
   backend_.synchronize();
 
-  std::vector<float> scratch;
   if (s.tp > 1 && full_logits == nullptr) {
     samples_from_candidates(plan, &samples);
     return samples;
@@ -253,12 +288,12 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
     rows = gathered.data();
     stride = s.tp * vl;
   }
-  for (int64_t i = 0; i < m; ++i) {
+  for_each_row(m, backend_.host_threads(), [&](int64_t i, std::vector<float>& scratch) {
     const RowSampling& rs = plan.sampling[i];
     Rng rng = token_rng(rs.params.seed, rs.token_index);
     samples[i] = sample(std::span<const float>(rows + i * stride, V), rs.params, rs.history, rng,
                         &scratch);
-  }
+  });
   if (full_logits) {
     full_logits->resize(static_cast<size_t>(m * V));
     for (int64_t i = 0; i < m; ++i)
@@ -278,14 +313,14 @@ void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleRes
   const parallel::Range vocab = model_.vocab_rows();
   const int32_t valid = static_cast<int32_t>(parallel::valid_rows(vocab, model_.config().vocab_size));
   // One blob per rank for the whole batch (runtime/engine/candidate_exchange.h).
-  std::string blob;
-  for (int64_t i = 0; i < m; ++i) {
+  std::vector<CandidateSet> sets(static_cast<size_t>(m));
+  for_each_row(m, backend_.host_threads(), [&](int64_t i, std::vector<float>&) {
     const RowSampling& rs = plan.sampling[i];
-    append_candidates(local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
-                                       static_cast<int32_t>(vocab.begin), valid, rs.params,
-                                       rs.history),
-                      &blob);
-  }
+    sets[i] = local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
+                               static_cast<int32_t>(vocab.begin), valid, rs.params, rs.history);
+  });
+  std::string blob;
+  for (const CandidateSet& set : sets) append_candidates(set, &blob);
   CommTimer t(&comm_seconds_);
   if (s.tp_rank != 0) {
     int64_t size = static_cast<int64_t>(blob.size());
