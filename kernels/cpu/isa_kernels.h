@@ -107,9 +107,11 @@ bool request_amx();  // asks Linux for the tile state; false when refused
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out);
 // C[m, cols] = A16 @ P + beta * C for one bf16 panel P [k, 64]; A16 from round_rows_bf16 with
 // its rows padded to a multiple of 16. Scratch: vnni kpad * 64, c_tile 16 * 64 elements.
+// next_panel (may be null): the panel this thread multiplies next, [k, 64] like `panel`, pulled
+// into L2 while this one is interleaved, so that its read from memory overlaps this one's tiles.
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
                      int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
-                     uint16_t* vnni, float* c_tile);
+                     uint16_t* vnni, float* c_tile, const uint16_t* next_panel = nullptr);
 }  // namespace amx
 #endif
 

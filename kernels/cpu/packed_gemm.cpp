@@ -152,14 +152,20 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
   {
     std::vector<uint16_t> vnni(static_cast<size_t>(kpad * kPanelWidth));
     alignas(64) float c_tile[16 * kPanelWidth];
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < panels * split.blocks; ++item) {
+    // Each thread's items are one contiguous range (as schedule(static)), so that it knows the
+    // panel it takes next and can prefetch it (amx::panel_gemm_bf16).
+    const int64_t items = panels * split.blocks;
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = items * t / nt, hi = items * (t + 1) / nt;
+    for (int64_t item = lo; item < hi; ++item) {
       const int64_t j = item % panels, r0 = (item / panels) * split.rows;
       const int64_t rows = std::min(split.rows, m - r0);
       const int64_t c0 = j * kPanelWidth;
+      const uint16_t* next =
+          item + 1 < hi ? w + static_cast<size_t>((item + 1) % panels) * k * kPanelWidth : nullptr;
       amx::panel_gemm_bf16(a16.data() + r0 * kpad, kpad, w + static_cast<size_t>(j) * k * kPanelWidth,
                            c + r0 * n + c0, n, rows, k, std::min(kPanelWidth, n - c0), beta,
-                           vnni.data(), c_tile);
+                           vnni.data(), c_tile, next);
     }
   }
 }

@@ -79,7 +79,7 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_
 
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
                      int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
-                     uint16_t* vnni, float* c_tile) {
+                     uint16_t* vnni, float* c_tile, const uint16_t* next_panel) {
   configure_tiles();
   // The panel as pairs of rows, [kpad / 2][64 columns][2]; rows past k are zero.
   const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
@@ -90,6 +90,16 @@ void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, f
                                           49, 17, 48, 16);
   for (int64_t q = 0; q < kpad / 2; ++q) {
     const int64_t p = 2 * q;
+    if (next_panel != nullptr && p < k) {
+      // Rows p and p + 1 of the next panel (256 bytes, 4 lines): one panel ahead of the reads.
+      const char* nx = reinterpret_cast<const char*>(next_panel + p * kWidth);
+      _mm_prefetch(nx, _MM_HINT_T1);
+      _mm_prefetch(nx + 64, _MM_HINT_T1);
+      if (p + 1 < k) {
+        _mm_prefetch(nx + 128, _MM_HINT_T1);
+        _mm_prefetch(nx + 192, _MM_HINT_T1);
+      }
+    }
     for (int half = 0; half < 2; ++half) {  // columns [32 half, 32 half + 32)
       const __m512i x = p < k ? _mm512_loadu_si512(panel + p * kWidth + 32 * half)
                               : _mm512_setzero_si512();
