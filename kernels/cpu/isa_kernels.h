@@ -83,6 +83,9 @@ const KernelTable& kernel_table();
                        int n_rows, const float* qkv, const uint16_t* k_cache,                    \
                        const uint16_t* v_cache, float* out, float* scores);                      \
   void bf16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                \
+  /* rows [2q0, 2q0 + rows) of a bf16 panel (pairs of rows, packed_gemm.h) as fp32 [rows][64]; */\
+  /* src = the pair row q0, rows may be odd (the last pair's second row is then not written) */  \
+  void bf16_pairs_to_f32(const uint16_t* src, float* dst, int64_t rows);                         \
   void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                 \
   void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);                                \
   void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);                                 \
@@ -105,13 +108,14 @@ namespace amx {
 bool request_amx();  // asks Linux for the tile state; false when refused
 // A [m, k] fp32 rows to bf16 rows of kpad (a multiple of 32) elements, zero past k.
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out);
-// C[m, cols] = A16 @ P + beta * C for one bf16 panel P [k, 64]; A16 from round_rows_bf16 with
-// its rows padded to a multiple of 16. Scratch: vnni kpad * 64, c_tile 16 * 64 elements.
-// next_panel (may be null): the panel this thread multiplies next, [k, 64] like `panel`, pulled
-// into L2 while this one is interleaved, so that its read from memory overlaps this one's tiles.
+// C[m, cols] = A16 @ P + beta * C for one bf16 panel P (pairs of rows, packed_gemm.h); A16 from
+// round_rows_bf16 with its rows padded to a multiple of 16. Scratch: tail 16 * 128, c_tile
+// 16 * 64 elements.
+// next_panel (may be null): the panel this thread multiplies next, pulled into L2 while the first
+// 16 rows of this one run, so that its read from memory overlaps this one's tiles.
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
                      int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
-                     uint16_t* vnni, float* c_tile, const uint16_t* next_panel = nullptr);
+                     uint16_t* tail, float* c_tile, const uint16_t* next_panel = nullptr);
 }  // namespace amx
 #endif
 

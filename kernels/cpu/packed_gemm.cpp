@@ -83,7 +83,8 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
   const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blas_threads(), panels)));
   const char* base = static_cast<const char*>(packed);
-  const size_t panel_bytes = static_cast<size_t>(k * kPanelWidth) * elem_bytes;
+  const int64_t rows = type == 1 ? (k + 1) / 2 * 2 : k;  // panel_rows: bf16 pairs
+  const size_t panel_bytes = static_cast<size_t>(rows * kPanelWidth) * elem_bytes;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -104,7 +105,7 @@ namespace {
 // kernel (fp32 or 16-bit panels, Elem the element type).
 template <typename Elem, typename PanelGemm>
 void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float* c, int64_t m,
-                int64_t n, int64_t k, float beta, int64_t panels) {
+                int64_t n, int64_t k, float beta, int64_t panels, int64_t panel_rows) {
   const int threads = std::max(1, blas_threads());
   const RowSplit split = split_rows(m, panels, threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -113,7 +114,7 @@ void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float*
     const int64_t rows = std::min(split.rows, m - r0);
     const int64_t c0 = j * kPanelWidth;
     if (rows > 0)
-      panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * k * kPanelWidth, c + r0 * n + c0,
+      panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * panel_rows * kPanelWidth, c + r0 * n + c0,
                  n, rows, k, std::min(kPanelWidth, n - c0), beta);
   }
 }
@@ -127,7 +128,7 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
 #ifdef LTM_CPU_X86
   if (gemv_multi_stream(a, packed, 0, sizeof(float), c, m, n, k, beta)) return;
 #endif
-  run_panels(panel_gemm, a, packed, c, m, n, k, beta, panels);
+  run_panels(panel_gemm, a, packed, c, m, n, k, beta, panels, k);
 }
 
 // ---- WeightType-generic packing and GEMM ----
@@ -140,6 +141,7 @@ namespace {
 void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
                           int64_t k, float beta, int64_t panels) {
   const int64_t kpad = (k + 31) / 32 * 32, mpad = (m + 15) / 16 * 16;
+  const size_t panel_elems = static_cast<size_t>(panel_rows(k, WeightType::kBF16) * kPanelWidth);
   std::vector<uint16_t> a16(static_cast<size_t>(mpad * kpad), 0);
   const int threads = std::max(1, blas_threads());
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -150,7 +152,7 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
   split.blocks = (m + split.rows - 1) / split.rows;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<uint16_t> vnni(static_cast<size_t>(kpad * kPanelWidth));
+    alignas(64) uint16_t tail[16 * 2 * kPanelWidth];  // the last pair rows, zero-padded to a tile
     alignas(64) float c_tile[16 * kPanelWidth];
     // Each thread's items are one contiguous range (as schedule(static)), so that it knows the
     // panel it takes next and can prefetch it (amx::panel_gemm_bf16).
@@ -161,11 +163,9 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
       const int64_t j = item % panels, r0 = (item / panels) * split.rows;
       const int64_t rows = std::min(split.rows, m - r0);
       const int64_t c0 = j * kPanelWidth;
-      const uint16_t* next =
-          item + 1 < hi ? w + static_cast<size_t>((item + 1) % panels) * k * kPanelWidth : nullptr;
-      amx::panel_gemm_bf16(a16.data() + r0 * kpad, kpad, w + static_cast<size_t>(j) * k * kPanelWidth,
-                           c + r0 * n + c0, n, rows, k, std::min(kPanelWidth, n - c0), beta,
-                           vnni.data(), c_tile, next);
+      const uint16_t* next = item + 1 < hi ? w + ((item + 1) % panels) * panel_elems : nullptr;
+      amx::panel_gemm_bf16(a16.data() + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n,
+                           rows, k, std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
     }
   }
 }
@@ -174,7 +174,7 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
 #endif
 
 size_t packed_bytes(int64_t k, int64_t n, WeightType t) {
-  return packed_floats(k, n) * weight_type_size(t);
+  return packed_floats(panel_rows(k, t), n) * weight_type_size(t);
 }
 
 namespace {
@@ -212,6 +212,26 @@ void pack_weight_rows(const float* w_rows, int64_t row_begin, int64_t row_end, i
   if (row_end <= row_begin) return;
   const Converter cv = converter(t);  // outside the parallel region: may throw
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
+  if (t == WeightType::kBF16) {  // pairs of rows interleaved (panel_rows)
+    auto* out = static_cast<uint16_t*>(packed);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
+    for (int64_t j = 0; j < panels; ++j) {
+      const int64_t c0 = j * kPanelWidth;
+      const int64_t cols = std::min(kPanelWidth, n - c0);
+      uint16_t row[kPanelWidth];
+      for (int64_t p = row_begin; p < row_end; ++p) {
+        cv(w_rows + (p - row_begin) * n + c0, row, 0, cols);
+        std::fill(row + cols, row + kPanelWidth, uint16_t{0});
+        uint16_t* dst = out + packed_index(k, p, c0, t);
+        for (int64_t c = 0; c < kPanelWidth; ++c) dst[2 * c] = row[c];
+      }
+      if (row_end == k && k % 2 != 0) {  // the pad row of the last pair
+        uint16_t* dst = out + packed_index(k, k, c0, t);
+        for (int64_t c = 0; c < kPanelWidth; ++c) dst[2 * c] = 0;
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(std::max(1, blas_threads()))
   for (int64_t j = 0; j < panels; ++j) {
     const int64_t c0 = j * kPanelWidth;
@@ -236,38 +256,42 @@ void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t
   for (int64_t j = first; j < last; ++j) {
     const int64_t c0 = std::max(row_begin, j * kPanelWidth);
     const int64_t c1 = std::min(row_end, (j + 1) * kPanelWidth);
-    char* panel = static_cast<char*>(packed) + static_cast<size_t>(j * k * kPanelWidth) * es;
+    char* out = static_cast<char*>(packed);
     alignas(64) unsigned char tmp[kTile * 4];
     for (int64_t p0 = 0; p0 < k; p0 += kTile) {
       const int64_t kt = std::min(kTile, k - p0);
       for (int64_t c = c0; c < c1; ++c) {
         cv(e_rows + (c - row_begin) * k + p0, tmp, 0, kt);
-        char* dst = panel + static_cast<size_t>(p0 * kPanelWidth + c % kPanelWidth) * es;
         for (int64_t p = 0; p < kt; ++p)
-          std::memcpy(dst + static_cast<size_t>(p * kPanelWidth) * es, tmp + p * es, es);
+          std::memcpy(out + packed_index(k, p0 + p, c, t) * es, tmp + p * es, es);
       }
     }
+    if (panel_rows(k, t) > k)  // the pad row of the last pair, for these columns
+      for (int64_t c = c0; c < c1; ++c) std::memset(out + packed_index(k, k, c, t) * es, 0, es);
   }
   if (row_end == n && n % kPanelWidth != 0) {  // the last range zeroes the pad columns
-    const int64_t j = n / kPanelWidth, cols = n % kPanelWidth;
-    for (int64_t p = 0; p < k; ++p)
-      cv.zero(packed, (j * k + p) * kPanelWidth + cols, kPanelWidth - cols);
+    char* out = static_cast<char*>(packed);
+    for (int64_t p = 0; p < panel_rows(k, t); ++p)
+      for (int64_t c = n; c < (n / kPanelWidth + 1) * kPanelWidth; ++c)
+        std::memset(out + packed_index(k, p, c, t) * es, 0, es);
   }
 }
 
 void packed_column(const void* packed, WeightType t, int64_t k, int64_t col, float* out) {
   const int64_t base = (col / kPanelWidth) * k * kPanelWidth + col % kPanelWidth;
+  if (t == WeightType::kBF16) {
+    const uint16_t* h = static_cast<const uint16_t*>(packed);
+    for (int64_t p = 0; p < k; ++p) out[p] = bf16_to_f32(h[packed_index(k, p, col, t)]);
+    return;
+  }
   switch (t) {
     case WeightType::kF32: {
       const float* f = static_cast<const float*>(packed);
       for (int64_t p = 0; p < k; ++p) out[p] = f[base + p * kPanelWidth];
       break;
     }
-    case WeightType::kBF16: {
-      const uint16_t* h = static_cast<const uint16_t*>(packed);
-      for (int64_t p = 0; p < k; ++p) out[p] = bf16_to_f32(h[base + p * kPanelWidth]);
+    case WeightType::kBF16:  // pairs of rows: above
       break;
-    }
     case WeightType::kF16: {
       const uint16_t* h = static_cast<const uint16_t*>(packed);
       for (int64_t p = 0; p < k; ++p) out[p] = f16_to_f32(h[base + p * kPanelWidth]);
@@ -295,7 +319,8 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   if (gemv_multi_stream(a, packed, t == WeightType::kBF16 ? 1 : 2, 2, c, m, n, k, beta)) return;
 #endif
   const auto panel_gemm = t == WeightType::kBF16 ? kt.panel_gemm_bf16 : kt.panel_gemm_f16;
-  run_panels(panel_gemm, a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels);
+  run_panels(panel_gemm, a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels,
+             panel_rows(k, t));
 }
 
 }  // namespace ltm::kernels::cpu

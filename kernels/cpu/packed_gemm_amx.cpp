@@ -3,11 +3,10 @@
 // only isa_kernels.h and intrinsics here (see isa_kernels.h).
 //
 // A (fp32 activations) is rounded to bf16 by the caller (amx_round_rows), as oneDNN and llama.cpp
-// do for bf16 weights; accumulation is fp32. For each 64-column panel [k, 64] (bf16 elements, the
-// packed layout of packed_gemm.h) the kernel first interleaves pairs of panel rows into the VNNI
-// layout the tiles read (row q of the copy holds, for each column, rows 2q and 2q + 1), then for
-// every 16 rows of A multiplies 16 x 32 A tiles by four 16-pair x 16-column B tiles into four
-// 16 x 16 fp32 C tiles.
+// do for bf16 weights; accumulation is fp32. A bf16 panel is packed in pairs of rows
+// (packed_gemm.h), which is the VNNI layout the tiles read: for every 16 rows of A the kernel
+// multiplies 16 x 32 A tiles by four 16-pair x 16-column B tiles, loaded from the panel itself,
+// into four 16 x 16 fp32 C tiles.
 #if defined(__x86_64__) || defined(__i386__)
 #if !(defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BW__))
 #error "packed_gemm_amx.cpp needs -mamx-tile -mamx-bf16 -mavx512bw (kernels/CMakeLists.txt)"
@@ -79,37 +78,28 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_
 
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
                      int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
-                     uint16_t* vnni, float* c_tile, const uint16_t* next_panel) {
+                     uint16_t* tail, float* c_tile, const uint16_t* next_panel) {
   configure_tiles();
-  // The panel as pairs of rows, [kpad / 2][64 columns][2]; rows past k are zero.
-  const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
-                                          40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
-                                          32, 0);
-  const __m512i hi_idx = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25,
-                                          56, 24, 55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18,
-                                          49, 17, 48, 16);
-  for (int64_t q = 0; q < kpad / 2; ++q) {
-    const int64_t p = 2 * q;
-    if (next_panel != nullptr && p < k) {
-      // Rows p and p + 1 of the next panel (256 bytes, 4 lines): one panel ahead of the reads.
-      const char* nx = reinterpret_cast<const char*>(next_panel + p * kWidth);
-      _mm_prefetch(nx, _MM_HINT_T1);
-      _mm_prefetch(nx + 64, _MM_HINT_T1);
-      if (p + 1 < k) {
-        _mm_prefetch(nx + 128, _MM_HINT_T1);
-        _mm_prefetch(nx + 192, _MM_HINT_T1);
-      }
-    }
-    for (int half = 0; half < 2; ++half) {  // columns [32 half, 32 half + 32)
-      const __m512i x = p < k ? _mm512_loadu_si512(panel + p * kWidth + 32 * half)
-                              : _mm512_setzero_si512();
-      const __m512i y = p + 1 < k ? _mm512_loadu_si512(panel + (p + 1) * kWidth + 32 * half)
-                                  : _mm512_setzero_si512();
-      uint16_t* dst = vnni + q * 2 * kWidth + 64 * half;
-      _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x, lo_idx, y));
-      _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(x, hi_idx, y));
-    }
+  // The panel's pairs of rows (packed_gemm.h) are the VNNI layout the B tiles take: a tile is 16
+  // pair rows (32 rows of k) x 16 columns, 64 bytes of each 256-byte pair row. Whole tiles load
+  // straight from the panel; the pair rows after the last whole tile (k not a multiple of 32) are
+  // copied into `tail` and zero-padded, so that no load reads past the panel.
+  constexpr int64_t kPair = 2 * kWidth;             // elements of a pair row
+  constexpr int64_t kStride = kPair * 2;            // its bytes
+  const int64_t pairs = (k + 1) / 2;
+  const int64_t whole = pairs / 16 * kTileK;        // k covered by whole tiles of the panel
+  if (whole < kpad) {
+    const int64_t q0 = whole / 2, n = pairs - q0;
+    for (int64_t e = 0; e < n * kPair; e += 32)
+      _mm512_storeu_si512(tail + e, _mm512_loadu_si512(panel + q0 * kPair + e));
+    for (int64_t e = n * kPair; e < 16 * kPair; e += 32)
+      _mm512_storeu_si512(tail + e, _mm512_setzero_si512());
   }
+  // The next panel into L2 while the first 16 rows run, spread over their k steps.
+  const int64_t next_lines = next_panel != nullptr ? pairs * kStride / 64 : 0;
+  const int64_t steps = kpad / kTileK;
+  const int64_t per_step = (next_lines + steps - 1) / steps;
+  const char* next_bytes = reinterpret_cast<const char*>(next_panel);
   const __mmask16 full = 0xFFFF;
   for (int64_t i = 0; i < m; i += 16) {
     _tile_zero(0);
@@ -119,15 +109,19 @@ void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, f
     // Rows past m of the last block read the rows below (the caller pads A to whole tiles).
     const uint16_t* ai = a16 + i * kpad;
     for (int64_t kk = 0; kk < kpad; kk += kTileK) {
+      if (i == 0) {
+        for (int64_t l = (kk / kTileK) * per_step, e = l + per_step; l < e && l < next_lines; ++l)
+          _mm_prefetch(next_bytes + l * 64, _MM_HINT_T1);
+      }
       _tile_loadd(4, ai + kk, kpad * 2);
-      const uint16_t* bq = vnni + (kk / 2) * 2 * kWidth;  // 16 pairs, stride 256 bytes
-      _tile_loadd(5, bq, 2 * kWidth * 2);
+      const uint16_t* bq = kk < whole ? panel + (kk / 2) * kPair : tail;  // 16 pair rows
+      _tile_loadd(5, bq, kStride);
       _tile_dpbf16ps(0, 4, 5);
-      _tile_loadd(6, bq + 32, 2 * kWidth * 2);
+      _tile_loadd(6, bq + 32, kStride);
       _tile_dpbf16ps(1, 4, 6);
-      _tile_loadd(5, bq + 64, 2 * kWidth * 2);
+      _tile_loadd(5, bq + 64, kStride);
       _tile_dpbf16ps(2, 4, 5);
-      _tile_loadd(6, bq + 96, 2 * kWidth * 2);
+      _tile_loadd(6, bq + 96, kStride);
       _tile_dpbf16ps(3, 4, 6);
     }
     _tile_stored(0, c_tile, kWidth * 4);

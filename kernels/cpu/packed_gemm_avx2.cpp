@@ -118,8 +118,8 @@ void nt_rows(const float* a, int64_t lda, const float* panel, float* c, int64_t 
 
 // ---- 16-bit panels (bf16, fp16): the same layout with 2-byte elements ----
 //
-// m <= 2 (decode): the panel rows are converted in registers as read (bf16: zero-extend and
-// shift left 16; fp16: F16C's vcvtph2ps), half the bytes of the fp32 kernel. Larger m: each
+// m <= 2 (decode): the panel rows are converted in registers as read (bf16, pairs of rows: a
+// shift left 16 and a mask; fp16: F16C's vcvtph2ps), half the bytes of the fp32 kernel. Larger m: each
 // chunk of kKChunk panel rows is converted once into an fp32 scratch (16 KB, L1) and the fp32
 // tiles run on it.
 
@@ -180,17 +180,85 @@ inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int
   }
 }
 
+// As tile16 for a bf16 panel (pairs of rows, packed_gemm.h); b is the panel plus 2 x the first
+// column (a pair row is 128 elements). Each 32-byte load holds 8 columns of rows 2q and 2q + 1,
+// split into fp32 by a shift and a mask; every accumulator sees the rows in order, as in tile16.
+template <int R, int V, bool kMasked>
+inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                       int64_t k, float beta, const __m256i* mk, bool prefetch) {
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  constexpr int64_t kAheadPairs = kPrefetch16 / 2;
+  const int64_t pairs = (k + 1) / 2;
+  const int64_t kp = prefetch && pairs > kAheadPairs ? pairs - kAheadPairs : 0;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* bq = b + q * 2 * kWidth;
+    if (q < kp) {  // the whole pair row (256 bytes), whichever half this tile reads
+      const char* pf = reinterpret_cast<const char*>(bq + kAheadPairs * 2 * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
+    }
+    const bool both = 2 * q + 1 < k;  // false only for the pad row of an odd k
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 16 * v));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + 2 * q), even, acc[r][v]);
+      if (both) {
+        const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(x, hi));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          acc[r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r * lda + 2 * q + 1), odd, acc[r][v]);
+      }
+    }
+  }
+  const __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      __m256 out = acc[r][v];
+      if constexpr (kMasked) {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
+        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
+      } else {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
+        _mm256_storeu_ps(cr + 8 * v, out);
+      }
+    }
+  }
+}
+
 template <bool kMasked, bool kF16>
 void nt_rows16(const float* a, int64_t lda, const uint16_t* panel, float* c, int64_t ldc,
                int64_t m, int64_t k, int64_t cols, float beta, const __m256i* mk) {
   if (m == 1) {
-    tile16<1, 8, kMasked, kF16>(a, lda, panel, c, ldc, k, beta, mk, true);
+    if constexpr (kF16) {
+      tile16<1, 8, kMasked, kF16>(a, lda, panel, c, ldc, k, beta, mk, true);
+    } else {
+      tile_pairs<1, 8, kMasked>(a, lda, panel, c, ldc, k, beta, mk, true);
+    }
     return;
   }
   if (m == 2) {
-    for (int64_t s = 0; s * 32 < cols; ++s)
-      tile16<2, 4, kMasked, kF16>(a, lda, panel + s * 32, c + s * 32, ldc, k, beta, mk + s * 4,
+    for (int64_t s = 0; s * 32 < cols; ++s) {
+      if constexpr (kF16) {
+        tile16<2, 4, kMasked, kF16>(a, lda, panel + s * 32, c + s * 32, ldc, k, beta, mk + s * 4,
+                                    s == 0);
+      } else {  // columns 32 s.. sit at 2 x 32 s in a pair row
+        tile_pairs<2, 4, kMasked>(a, lda, panel + s * 64, c + s * 32, ldc, k, beta, mk + s * 4,
                                   s == 0);
+      }
+    }
     return;
   }
   alignas(32) float scratch[kKChunk * kWidth];
@@ -200,7 +268,7 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* panel, float* c, int
     if constexpr (kF16) {
       f16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
     } else {
-      bf16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
+      bf16_pairs_to_f32(panel + p0 * kWidth, scratch, kc);  // p0 even: pair row p0 / 2
     }
     const float bt = p0 == 0 ? beta : 1.0f;
     for (int64_t i = 0; i < m;) {

@@ -155,7 +155,7 @@ void nt_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
 // ---- 16-bit panels (bf16, fp16): the same layout with 2-byte elements ----
 //
 // Decode (m <= kMaxRows, one row group): each panel row is converted in registers as it is read
-// (bf16: zero-extend to 32 bits and shift left 16; fp16: vcvtph2ps), so the kernel streams half
+// (bf16, pairs of rows: a shift left 16 and a mask; fp16: vcvtph2ps), so the kernel streams half
 // the bytes of the fp32 one. Larger m: a chunk of kKChunk panel rows is converted once into an
 // fp32 scratch (32 KB, L1) and every row group runs the fp32 tile on it, so the conversion is
 // paid once per chunk, not once per row group, and the compute-bound kernel is the fp32 one.
@@ -221,9 +221,80 @@ inline void nt_tile16(const float* a, int64_t lda, const uint16_t* b, float* c, 
   }
 }
 
+// As nt_tile16 for a bf16 panel (pairs of rows, packed_gemm.h): each 64-byte load holds 16
+// columns of rows 2q and 2q + 1; a shift and a mask make the two fp32 rows. Every accumulator
+// sees rows in the same order as with one row after the other, so the results are the same.
+constexpr int64_t kPrefetchPairs = kPrefetch16 / 2;  // pair rows (256 bytes each) ahead
+
+template <int R, bool kMasked>
+inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                          int64_t k, float beta, const __mmask16* mk) {
+  __m512 acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+    acc[r][2] = _mm512_setzero_ps();
+    acc[r][3] = _mm512_setzero_ps();
+  }
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const int64_t pairs = (k + 1) / 2;
+  const int64_t kp = pairs > kPrefetchPairs ? pairs - kPrefetchPairs : 0;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* bq = b + q * 2 * kWidth;
+    if (q < kp) {
+      const char* pf = reinterpret_cast<const char*>(bq + kPrefetchPairs * 2 * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
+    }
+    const bool both = 2 * q + 1 < k;  // false only for the pad row of an odd k
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i x = _mm512_loadu_si512(bq + 32 * v);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + 2 * q]), even, acc[r][v]);
+      if (both) {
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + 2 * q + 1]), odd, acc[r][v]);
+      }
+    }
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
+      __m512 out = acc[r][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
+      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
+    }
+  }
+}
+
 template <bool kMasked, bool kF16>
 void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
                int64_t k, float beta, const __mmask16* mk) {
+  if constexpr (!kF16) {
+    if (m <= kMaxRows) {
+      switch (m) {
+        case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+        case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+        case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+        case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+        case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+        default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      }
+      return;
+    }
+  }
   if (m <= kMaxRows) {
     switch (m) {
       case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
@@ -242,7 +313,7 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t
     if constexpr (kF16) {
       f16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
     } else {
-      bf16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
+      bf16_pairs_to_f32(b + p0 * kWidth, scratch, kc);  // p0 even: pair row p0 / 2
     }
     const float bt = p0 == 0 ? beta : 1.0f;
     const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
@@ -339,12 +410,38 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
   constexpr int64_t kBytes = kType == 0 ? 4 : 2;
   constexpr int64_t kAhead = 16;  // panel rows prefetched ahead per stream
   const char* base = static_cast<const char*>(panels);
-  const int64_t panel_bytes = k * kWidth * kBytes;
+  const int64_t panel_bytes = (kType == 1 ? (k + 1) / 2 * 2 : k) * kWidth * kBytes;
   __m512 acc[S][4];
 #pragma GCC unroll 4
   for (int s = 0; s < S; ++s)
     for (int v = 0; v < 4; ++v) acc[s][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
+  if constexpr (kType == 1) {  // bf16: pairs of rows (packed_gemm.h), as nt_tile_pairs
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    constexpr int64_t kPairBytes = 2 * kWidth * 2;
+    const int64_t pairs = (k + 1) / 2;
+    for (int64_t q = 0; q < pairs; ++q) {
+      const bool both = 2 * q + 1 < k;
+      const __m512 x0 = _mm512_set1_ps(a[2 * q]);
+      const __m512 x1 = _mm512_set1_ps(both ? a[2 * q + 1] : 0.0f);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const char* row = base + s * panel_bytes + q * kPairBytes;
+        if (q + kAhead / 2 < pairs) {
+#pragma GCC unroll 4
+          for (int64_t line = 0; line < kPairBytes; line += 64)
+            _mm_prefetch(row + kAhead / 2 * kPairBytes + line, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          const __m512i x = _mm512_loadu_si512(row + 64 * v);
+          acc[s][v] = _mm512_fmadd_ps(x0, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), acc[s][v]);
+          if (both)
+            acc[s][v] = _mm512_fmadd_ps(x1, _mm512_castsi512_ps(_mm512_and_si512(x, hi)), acc[s][v]);
+        }
+      }
+    }
+  }
+  for (int64_t p = 0; p < (kType == 1 ? 0 : k); ++p) {
     const __m512 x = _mm512_set1_ps(a[p]);
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {

@@ -7,7 +7,7 @@ namespace ltm::kernels::cpu::portable {
 namespace {
 
 // 16-bit panels: each chunk of kChunk panel rows is converted once into an fp32 scratch (the
-// path's vectorized conversions, vec_kernels.inc), then the same loop as the fp32 panel runs on
+// path's vectorized conversions, vec_kernels.inc; bf16 panels hold pairs of rows, packed_gemm.h), then the same loop as the fp32 panel runs on
 // it, accumulating into C across chunks.
 template <bool kF16>
 void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
@@ -20,7 +20,7 @@ void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, 
     if constexpr (kF16) {
       f16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
     } else {
-      bf16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
+      bf16_pairs_to_f32(panel + p0 * kWidth, scratch, kc);  // p0 even: pair row p0 / 2
     }
     for (int64_t i = 0; i < m; ++i) {
       float acc[kWidth] = {};

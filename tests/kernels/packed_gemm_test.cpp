@@ -306,8 +306,9 @@ std::vector<unsigned char> pack_in_ranges(const std::vector<float>& src, int64_t
 }
 
 TEST_P(PackedGemmIsa, StreamedPackingIsByteIdentical) {
-  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
-    const int64_t k = 300, n = 130;
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16})
+  for (int64_t k : {300, 301}) {  // 301: bf16's last pair has a pad row
+    const int64_t n = 130;
     const Inputs in = random_inputs(1, n, k);
     const size_t bytes = packed_bytes(k, n, t);
     auto pack = [&](const float* rows, int64_t b, int64_t e, void* dst) {
@@ -319,12 +320,18 @@ TEST_P(PackedGemmIsa, StreamedPackingIsByteIdentical) {
       const auto parts = pack_in_ranges(in.w, k, n, cuts, bytes, pack);
       ASSERT_EQ(std::memcmp(whole.data(), parts.data(), bytes), 0) << weight_type_name(t);
     }
-    // The layout itself: element (p, j) at panel j / 64, row p, lane j % 64; pad lanes zero.
+    // The layout itself: element (p, j) at panel j / 64, row p, lane j % 64 (bf16: pair row
+    // p / 2, lane 2 (j % 64) + p % 2); pad lanes zero.
     const size_t es = weight_type_size(t);
     for (int64_t p = 0; p < k; ++p)
       for (int64_t j = 0; j < 2 * kPanelWidth + 64; ++j) {
         if (j >= 3 * kPanelWidth) break;
-        const size_t at = static_cast<size_t>((j / kPanelWidth * k + p) * kPanelWidth + j % kPanelWidth) * es;
+        const int64_t rows = t == WeightType::kBF16 ? (k + 1) / 2 * 2 : k;
+        const int64_t lane = t == WeightType::kBF16
+                                 ? (p / 2) * 2 * kPanelWidth + 2 * (j % kPanelWidth) + p % 2
+                                 : p * kPanelWidth + j % kPanelWidth;
+        const size_t at = static_cast<size_t>(j / kPanelWidth * rows * kPanelWidth + lane) * es;
+        ASSERT_EQ(at, packed_index(k, p, j, t) * es) << weight_type_name(t) << " " << p << "," << j;
         if (j >= n) {
           for (size_t b = 0; b < es; ++b) ASSERT_EQ(whole[at + b], 0) << "pad " << p << "," << j;
           continue;
@@ -340,14 +347,20 @@ TEST_P(PackedGemmIsa, StreamedPackingIsByteIdentical) {
           ASSERT_EQ(got, t == WeightType::kBF16 ? f32_to_bf16(w) : f32_to_f16(w)) << p << "," << j;
         }
       }
+    if (panel_rows(k, t) > k) {  // the pad row reads as zero in every panel
+      for (int64_t j = 0; j < 3 * kPanelWidth; ++j)
+        for (size_t b = 0; b < es; ++b)
+          ASSERT_EQ(whole[packed_index(k, k, j, t) * es + b], 0) << "pad row, column " << j;
+    }
   }
 }
 
 TEST_P(PackedGemmIsa, StreamedTransposedPackingAndColumns) {
   // E [n, k] in row ranges of E: the same bytes as one range, and as pack_weight_transposed for
   // fp32; packed_column gives back E's rows (rounded); pad columns zero without a zeroed buffer.
-  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
-    const int64_t n = 130, k = 300;
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16})
+  for (int64_t k : {300, 301}) {  // 301: bf16's last pair has a pad row
+    const int64_t n = 130;
     const Inputs in = random_inputs(1, k, n);  // w: [n, k] read as E
     const std::vector<float>& e = in.w;
     const size_t bytes = packed_bytes(k, n, t);
@@ -373,9 +386,14 @@ TEST_P(PackedGemmIsa, StreamedTransposedPackingAndColumns) {
     }
     const size_t es = weight_type_size(t);
     for (int64_t p = 0; p < k; ++p)  // padding of the last panel (130 = 2 * 64 + 2)
-      for (int64_t c = n % kPanelWidth; c < kPanelWidth; ++c)
+      for (int64_t c = n; c < 3 * kPanelWidth; ++c)
         for (size_t b = 0; b < es; ++b)
-          ASSERT_EQ(whole[((2 * k + p) * kPanelWidth + c) * es + b], 0) << p << "," << c;
+          ASSERT_EQ(whole[packed_index(k, p, c, t) * es + b], 0) << p << "," << c;
+    if (panel_rows(k, t) > k) {
+      for (int64_t c = 0; c < 3 * kPanelWidth; ++c)
+        for (size_t b = 0; b < es; ++b)
+          ASSERT_EQ(whole[packed_index(k, k, c, t) * es + b], 0) << "pad row, column " << c;
+    }
     // And the GEMM on it is the LM head: logits = A E^T.
     const int64_t m = 3;
     const Inputs a = random_inputs(m, 1, k);
