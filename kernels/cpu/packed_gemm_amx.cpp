@@ -96,7 +96,10 @@ void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, f
       _mm512_storeu_si512(tail + e, _mm512_setzero_si512());
   }
   // The next panel into L2 while the first 16 rows run, spread over their k steps.
-  const int64_t next_lines = next_panel != nullptr ? pairs * kStride / 64 : 0;
+#ifndef PG_AMX_NEXT
+#define PG_AMX_NEXT 1
+#endif
+  const int64_t next_lines = PG_AMX_NEXT && next_panel != nullptr ? pairs * kStride / 64 : 0;
   const int64_t steps = kpad / kTileK;
   const int64_t per_step = (next_lines + steps - 1) / steps;
   const char* next_bytes = reinterpret_cast<const char*>(next_panel);
