@@ -278,25 +278,11 @@ void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t
 }
 
 void packed_column(const void* packed, WeightType t, int64_t k, int64_t col, float* out) {
-  const int64_t base = (col / kPanelWidth) * k * kPanelWidth + col % kPanelWidth;
-  if (t == WeightType::kBF16) {
-    const uint16_t* h = static_cast<const uint16_t*>(packed);
-    for (int64_t p = 0; p < k; ++p) out[p] = bf16_to_f32(h[packed_index(k, p, col, t)]);
-    return;
-  }
-  switch (t) {
-    case WeightType::kF32: {
-      const float* f = static_cast<const float*>(packed);
-      for (int64_t p = 0; p < k; ++p) out[p] = f[base + p * kPanelWidth];
-      break;
-    }
-    case WeightType::kBF16:  // pairs of rows: above
-      break;
-    case WeightType::kF16: {
-      const uint16_t* h = static_cast<const uint16_t*>(packed);
-      for (int64_t p = 0; p < k; ++p) out[p] = f16_to_f32(h[base + p * kPanelWidth]);
-      break;
-    }
+  const auto* f = static_cast<const float*>(packed);
+  const auto* h = static_cast<const uint16_t*>(packed);
+  for (int64_t p = 0; p < k; ++p) {
+    const size_t i = packed_index(k, p, col, t);
+    out[p] = t == WeightType::kF32 ? f[i] : t == WeightType::kBF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
   }
 }
 

@@ -30,6 +30,28 @@ constexpr int64_t kKChunk = PG_AVX2_KCHUNK;  // [64 x 64] floats = 16 KB: half o
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// C[R rows, 8 V columns] (masked by mk[] when kMasked) = acc + beta * C: every tile's epilogue.
+template <int R, int V, bool kMasked>
+inline void store_tile(const __m256 (&acc)[R][V], float* c, int64_t ldc, float beta,
+                       const __m256i* mk) {
+  const __m256 vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      __m256 out = acc[r][v];
+      if constexpr (kMasked) {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
+        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
+      } else {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
+        _mm256_storeu_ps(cr + 8 * v, out);
+      }
+    }
+  }
+}
+
 // C[R rows, 8 V columns] = A[R, k] @ B[k, 8 V] + beta * C, B rows kWidth apart. mk: the
 // column masks of C (kMasked); prefetch: pull the whole panel row kPrefetch rows ahead (b must
 // then be the row's start).
@@ -61,22 +83,7 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
       for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
     }
   }
-  const __m256 vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      __m256 out = acc[r][v];
-      if constexpr (kMasked) {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
-        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
-      } else {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
-        _mm256_storeu_ps(cr + 8 * v, out);
-      }
-    }
-  }
+  store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
 }
 
 // R rows of A over the panel's columns [0, cols) in strips of 8 V columns.
@@ -162,22 +169,7 @@ inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int
       for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
     }
   }
-  const __m256 vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      __m256 out = acc[r][v];
-      if constexpr (kMasked) {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
-        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
-      } else {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
-        _mm256_storeu_ps(cr + 8 * v, out);
-      }
-    }
-  }
+  store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
 }
 
 // As tile16 for a bf16 panel (pairs of rows, packed_gemm.h); b is the panel plus 2 x the first
@@ -220,22 +212,7 @@ inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c,
       }
     }
   }
-  const __m256 vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      __m256 out = acc[r][v];
-      if constexpr (kMasked) {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8 * v, mk[v]), out);
-        _mm256_maskstore_ps(cr + 8 * v, mk[v], out);
-      } else {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
-        _mm256_storeu_ps(cr + 8 * v, out);
-      }
-    }
-  }
+  store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
 }
 
 template <bool kMasked, bool kF16>

@@ -31,6 +31,24 @@ inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 #endif
 constexpr bool g_l2_next = PG_L2_NEXT != 0;
 
+// C[R rows, 64 cols] (masked by mk[] when kMasked) = acc + beta * C: every tile's epilogue.
+template <int R, bool kMasked>
+inline void store_tile(const __m512 (&acc)[R][4], float* c, int64_t ldc, float beta,
+                       const __mmask16* mk) {
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
+      __m512 out = acc[r][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
+      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
+    }
+  }
+}
+
 // C[R rows, 64 cols] (masked by mk[]) = A[R, k] @ P + beta * C for one panel P [k, 64].
 // L2 prefetch stream of a tile: `lines` cache lines from `base`, `per_step` of them per k step.
 struct L2Stream {
@@ -86,18 +104,7 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
       acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
     }
   }
-  const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
-      __m512 out = acc[r][v];
-      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
-      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
-    }
-  }
+  store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
 // While the row groups after the first compute on a chunk of B (from L1), the memory system is
@@ -207,18 +214,7 @@ inline void nt_tile16(const float* a, int64_t lda, const uint16_t* b, float* c, 
       acc[r][3] = _mm512_fmadd_ps(x, b3, acc[r][3]);
     }
   }
-  const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
-      __m512 out = acc[r][v];
-      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
-      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
-    }
-  }
+  store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
 // As nt_tile16 for a bf16 panel (pairs of rows, packed_gemm.h): each 64-byte load holds 16
@@ -265,18 +261,7 @@ inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float*
       }
     }
   }
-  const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const __mmask16 m = kMasked ? mk[v] : __mmask16(0xFFFF);
-      __m512 out = acc[r][v];
-      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr + 16 * v), out);
-      _mm512_mask_storeu_ps(cr + 16 * v, m, out);
-    }
-  }
+  store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
 template <bool kMasked, bool kF16>
