@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -73,23 +72,8 @@ def test_preemption_keeps_every_output(preempt_model, tmp_path):
         client = srv.client(timeout=300)
         alone = [client.generate(**r) for r in reqs]
 
-        peak = {"running": 0}
-        stop = threading.Event()
-
-        def watch():
-            with srv.client() as c:
-                for _ in range(3000):
-                    if stop.wait(0.02):
-                        return
-                    peak["running"] = max(peak["running"], c.model_info(timeout=5).running)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
+        with srv.peak_running() as peak:
             together = run_all(lambda r: client.generate(**r), reqs, workers=n, timeout=300)
-        finally:
-            stop.set()
-            watcher.join(timeout=30)
         fit = info.kv_blocks_total // most
         print(f"peak running {peak['running']}; {fit} fit at full length")
         for i, (a, t) in enumerate(zip(alone, together)):

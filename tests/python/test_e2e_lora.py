@@ -253,23 +253,8 @@ def test_preempted_requests_keep_their_adapter(preempt_model, tmp_path):
         assert names(info.adapters) == ["p", "q"]
         client = srv.client(timeout=300)
         alone = [list(client.generate(**r).token_ids) for r in reqs]
-        peak = {"running": 0}
-        stop = threading.Event()
-
-        def watch():
-            with srv.client() as c:
-                for _ in range(3000):
-                    if stop.wait(0.02):
-                        return
-                    peak["running"] = max(peak["running"], c.model_info(timeout=5).running)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
+        with srv.peak_running() as peak:
             together = run_all(lambda r: client.generate(**r), reqs, workers=n, timeout=300)
-        finally:
-            stop.set()
-            watcher.join(timeout=30)
         most = max(-(-(len(r["prompt_token_ids"]) + r["max_new_tokens"]) // 8) for r in reqs)
         fit = info.kv_blocks_total // most
         print(f"{info.kv_blocks_total} blocks; peak running {peak['running']}; {fit} fit at full length")

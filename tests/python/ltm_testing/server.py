@@ -28,8 +28,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Sequence
 
 WORKER = os.environ.get("LTM_WORKER", "")
 MPIEXEC = os.environ.get("LTM_MPIEXEC", "") or "mpirun"
@@ -222,6 +224,26 @@ class Server:
     def model_info(self, timeout: float = 10.0):
         with LtmClient(self.address, **self.client_options) as c:
             return c.model_info(timeout=timeout)
+
+    @contextmanager
+    def peak_running(self, period_s: float = 0.02) -> Iterator[Dict[str, int]]:
+        """While the block runs, GetModelInfo every period_s on a thread of its own; yields a dict
+        whose "running" is the largest running-sequence count seen (read it after the block)."""
+        peak = {"running": 0}
+        stop = threading.Event()
+
+        def watch():
+            with self.client() as c:
+                while not stop.wait(period_s):
+                    peak["running"] = max(peak["running"], c.model_info(timeout=5).running)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            yield peak
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
 
     def wait_idle(self, timeout: float = 20.0, poll_s: float = 0.1):
         """Polls GetModelInfo until every KV block is free and nothing runs or waits; returns the
