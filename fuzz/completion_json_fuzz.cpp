@@ -7,24 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_tokenizer.h"
 #include "runtime/serve/openai_api.h"
 #include "runtime/text/tokenizer.h"
 
 namespace {
-const ltm::Tokenizer& tokenizer() {
-  static const ltm::Tokenizer* t = [] {
-    absl::StatusOr<ltm::Tokenizer> loaded = ltm::Tokenizer::load(ltm::fuzz::gpt2_dir());
-    if (!loaded.ok()) std::abort();
-    return new ltm::Tokenizer(std::move(*loaded));
-  }();
-  return *t;
-}
 constexpr int64_t kContext = 256;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const ltm::Tokenizer& tok = tokenizer();
+  const ltm::Tokenizer& tok = ltm::fuzz::gpt2_tokenizer();
   ltm::CompletionContext ctx;
   ctx.tokenizer = &tok;
   ctx.limits.context_length = kContext;

@@ -8,26 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_tokenizer.h"
 #include "runtime/text/tokenizer.h"
 
-namespace {
-const ltm::Tokenizer& tokenizer() {
-  static const ltm::Tokenizer* t = [] {
-    absl::StatusOr<ltm::Tokenizer> loaded = ltm::Tokenizer::load(ltm::fuzz::gpt2_dir());
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "tokenizer_fuzz: %s (run scripts/setup)\n",
-                   std::string(loaded.status().message()).c_str());
-      std::abort();
-    }
-    return new ltm::Tokenizer(std::move(*loaded));
-  }();
-  return *t;
-}
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const ltm::Tokenizer& tok = tokenizer();
+  const ltm::Tokenizer& tok = ltm::fuzz::gpt2_tokenizer();
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const std::vector<int32_t> ids = tok.encode(text);
   for (int32_t id : ids)
