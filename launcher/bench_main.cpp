@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <boost/program_options.hpp>
+#include "launcher/cli_parse.h"
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"
@@ -127,16 +128,8 @@ int main(int argc, char** argv) {
       ("version", "print the version and exit");
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc;
+    if (ltm::parse_cli(argc, argv, desc, "", "ltm-bench", &vm) == ltm::CliStart::kDone)
       return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << ltm::version_line("ltm-bench");
-      return 0;
-    }
-    po::notify(vm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ltm-bench: %s\n", e.what());
     return 2;

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <boost/program_options.hpp>
+#include "launcher/cli_parse.h"
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -148,16 +149,8 @@ int main(int argc, char** argv) {
 
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
+    if (ltm::parse_cli(argc, argv, desc, "", "ltm-client", &vm) == ltm::CliStart::kDone)
       return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << ltm::version_line("ltm-client");
-      return 0;
-    }
-    po::notify(vm);
     if (vm.count("prompt") && vm.count("prompt-ids"))
       throw po::error("give only one of --prompt and --prompt-ids");
     if (stream && no_stream) throw po::error("give only one of --stream and --no-stream");

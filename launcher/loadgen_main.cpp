@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/program_options.hpp>
+#include "launcher/cli_parse.h"
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -178,16 +179,8 @@ int main(int argc, char** argv) {
       ("adapters", po::value<std::string>(), "LoRA adapters, comma-separated: call thread t names the (t mod n)-th (an empty entry: the base model)");
   try {
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
+    if (ltm::parse_cli(argc, argv, desc, "", "ltm-loadgen", &vm) == ltm::CliStart::kDone)
       return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << ltm::version_line("ltm-loadgen");
-      return 0;
-    }
-    po::notify(vm);
     if (o.concurrency < 1 || o.concurrency > 4096)
       throw po::error("--concurrency must be in 1 .. 4096");
     if (!(o.duration_s > 0 && o.duration_s <= 86400))

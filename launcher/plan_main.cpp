@@ -16,6 +16,7 @@
 #include <boost/program_options.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "launcher/cli_parse.h"
 #include "common/version.h"
 #include "runtime/model/capacity_plan.h"
 #include "runtime/model/model_config.h"
@@ -82,16 +83,8 @@ int main(int argc, char** argv) {
       ("version", "print the version and exit");
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
-      std::cout << desc;
+    if (ltm::parse_cli(argc, argv, desc, "", "ltm-plan", &vm) == ltm::CliStart::kDone)
       return 0;
-    }
-    if (vm.count("version")) {
-      std::cout << ltm::version_line("ltm-plan");
-      return 0;
-    }
-    po::notify(vm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ltm-plan: %s\n\n", e.what());
     std::cerr << desc;

@@ -8,6 +8,7 @@
 #include "common/version.h"
 
 #include <boost/program_options.hpp>
+#include "launcher/cli_parse.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -118,16 +119,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   po::options_description desc = describe(o);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::printf("%s", worker_usage().c_str());
+    if (parse_cli(argc, argv, desc, worker_usage(), "ltm-worker", &vm) == CliStart::kDone)
       return ParseResult::kHelp;
-    }
-    if (vm.count("version")) {
-      std::printf("%s", version_line("ltm-worker").c_str());
-      return ParseResult::kHelp;
-    }
-    po::notify(vm);
   } catch (const std::exception& e) {
     *error = e.what();
     return ParseResult::kError;
