@@ -142,11 +142,15 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
                           int64_t k, float beta, int64_t panels) {
   const int64_t kpad = (k + 31) / 32 * 32, mpad = (m + 15) / 16 * 16;
   const size_t panel_elems = static_cast<size_t>(panel_rows(k, WeightType::kBF16) * kPanelWidth);
-  std::vector<uint16_t> a16(static_cast<size_t>(mpad * kpad), 0);
+  // Rows on 64-byte boundaries (kpad * 2 bytes apart from an aligned start): a tile row that
+  // straddled two cache lines would cost both.
+  std::vector<uint16_t> a16_store(static_cast<size_t>(mpad * kpad + 32), 0);
+  uint16_t* const a16 = reinterpret_cast<uint16_t*>(
+      (reinterpret_cast<uintptr_t>(a16_store.data()) + 63) & ~uintptr_t{63});
   const int threads = std::max(1, blas_threads());
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r0 = 0; r0 < m; r0 += 16)
-    amx::round_rows_bf16(a + r0 * k, std::min<int64_t>(16, m - r0), k, kpad, a16.data() + r0 * kpad);
+    amx::round_rows_bf16(a + r0 * k, std::min<int64_t>(16, m - r0), k, kpad, a16 + r0 * kpad);
   RowSplit split = split_rows(m, panels, threads);
   split.rows = (split.rows + 15) / 16 * 16;  // whole tiles
   split.blocks = (m + split.rows - 1) / split.rows;
@@ -164,8 +168,8 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
       const int64_t rows = std::min(split.rows, m - r0);
       const int64_t c0 = j * kPanelWidth;
       const uint16_t* next = item + 1 < hi ? w + ((item + 1) % panels) * panel_elems : nullptr;
-      amx::panel_gemm_bf16(a16.data() + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n,
-                           rows, k, std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
+      amx::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n, rows, k,
+                           std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
     }
   }
 }

@@ -72,7 +72,16 @@ int main(int argc, char** argv) {
     const size_t copies = std::getenv("SKB_WARM") ? 1 : std::max<size_t>(1, cold_bytes / (sz * 4) + 1);
     std::vector<float> bs(sz * copies);
     for (auto& x : bs) x = u(rng);
-    std::vector<std::vector<unsigned char>> ps(types.size());
+    // Page-aligned, as the CPU backend holds its packed weights (CpuBackend::alloc_zeroed).
+    struct Aligned {
+      unsigned char* p = nullptr;
+      Aligned() = default;
+      Aligned(const Aligned&) = delete;
+      ~Aligned() { std::free(p); }
+      void resize(size_t n) { p = static_cast<unsigned char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)); }
+      unsigned char* data() const { return p; }
+    };
+    std::vector<Aligned> ps(types.size());
     std::vector<size_t> pbytes(types.size());
     for (size_t ti = 0; ti < types.size(); ++ti) {
       pbytes[ti] = kc::packed_bytes(s.k, s.n, types[ti]);
@@ -87,7 +96,7 @@ int main(int argc, char** argv) {
       }
     }
     for (int m : ms) {
-      std::vector<float> a(static_cast<size_t>(m) * s.k), c(static_cast<size_t>(m) * s.n);
+      std::vector<float> a(static_cast<size_t>(m) * s.k + 16), c(static_cast<size_t>(m) * s.n + 16);
       for (auto& x : a) x = u(rng);
       const double flop = 2.0 * m * s.n * s.k;
       const int reps = std::max(3, static_cast<int>(2e9 / flop / 4));
