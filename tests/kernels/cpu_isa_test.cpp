@@ -171,8 +171,8 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
 // remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double. For a
 // 16-bit kv_type the caches hold the rounded K and V (scalar conversion, weight_type.h) and the
 // reference uses those rounded values: the kernel's only extra error is none (widening is exact).
-void check_attention(int head_dim, WeightType kv_type = WeightType::kF32) {
-  const int n_head = 3, block_size = 8, max_blocks = 8;
+void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int block_size = 8) {
+  const int n_head = 3, max_blocks = 64 / block_size;
   const std::vector<int> n_new = {1, 3, 20, 6, 1};
   const std::vector<int32_t> ctx = {50, 20, 40, 6, 1};
   const int n_seqs = static_cast<int>(n_new.size());
@@ -239,12 +239,56 @@ void check_attention(int head_dim, WeightType kv_type = WeightType::kF32) {
 }
 
 TEST_P(CpuKernelsIsa, PagedAttention) {
-  for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim);  // 40, 37: dot tails
+  // 40, 37: dot tails. Blocks of 16 and 32: the decode rows' scores 16 keys at a time (AVX-512),
+  // with the keys of a block's partial group one by one.
+  for (int block_size : {8, 16, 32})
+    for (int head_dim : {64, 40, 37, 128, 96, 16}) check_attention(head_dim, WeightType::kF32, block_size);
 }
 
 TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
   for (WeightType t : {WeightType::kBF16, WeightType::kF16})
-    for (int head_dim : {64, 40, 37, 128}) check_attention(head_dim, t);
+    for (int block_size : {8, 16})
+      for (int head_dim : {64, 40, 37, 128, 80}) check_attention(head_dim, t, block_size);
+}
+
+// A decode row (one new row: AVX-512 takes it through its own loop) gives bit for bit what the
+// same row gives as the last of a chunk of two (the tiled loop): a sequence's tokens must not
+// depend on how the scheduler cut its rows into steps.
+TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
+  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16})
+    for (int head_dim : {64, 128, 80})
+      for (int ctx : {50, 64, 7}) {
+        const int n_head = 2, block_size = 16, max_blocks = 4;
+        std::vector<int32_t> blocks = {3, 0, 2, 1};
+        const int64_t d = static_cast<int64_t>(n_head) * head_dim;
+        const size_t cache = static_cast<size_t>(max_blocks) * n_head * block_size * head_dim;
+        const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 21);
+        const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 22);
+        std::vector<uint16_t> k16(cache), v16(cache);
+        for (size_t i = 0; i < cache; ++i) {
+          k16[i] = t == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
+          v16[i] = t == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
+        }
+        const std::vector<float> qkv = random_floats(static_cast<size_t>(2) * 3 * d, -2.0f, 2.0f, 23);
+        auto run = [&](int n_new, const float* q) {
+          const std::vector<int32_t> offsets = {0, n_new}, lens = {ctx};
+          PagedAttentionShape shape{1, n_head, head_dim, block_size, max_blocks,
+                                    offsets.data(), lens.data(), blocks.data()};
+          shape.kv_type = t;
+          std::vector<float> out(static_cast<size_t>(n_new) * d, std::nanf(""));
+          if (t == WeightType::kF32)
+            paged_attention(shape, q, kc.data(), vc.data(), out.data());
+          else
+            paged_attention(shape, q, static_cast<const void*>(k16.data()),
+                            static_cast<const void*>(v16.data()), out.data());
+          return std::vector<float>(out.end() - d, out.end());  // the last row
+        };
+        const std::vector<float> chunk = run(2, qkv.data());
+        const std::vector<float> decode = run(1, qkv.data() + 3 * d);  // the chunk's second row
+        for (int64_t i = 0; i < d; ++i)
+          ASSERT_EQ(decode[i], chunk[i]) << weight_type_name(t) << " head_dim=" << head_dim
+                                         << " ctx=" << ctx << " i=" << i;
+      }
 }
 
 TEST(PagedAttentionKvType, Fp32PointersRefuse16BitType) {
