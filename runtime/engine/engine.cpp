@@ -292,7 +292,7 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
     const RowSampling& rs = plan.sampling[i];
     Rng rng = token_rng(rs.params.seed, rs.token_index);
     samples[i] = sample(std::span<const float>(rows + i * stride, V), rs.params, rs.history, rng,
-                        &scratch);
+                        &scratch, rs.want_logprob);
   });
   if (full_logits) {
     full_logits->resize(static_cast<size_t>(m * V));

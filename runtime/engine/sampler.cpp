@@ -411,7 +411,8 @@ struct Prepared {
 };
 
 Prepared prepare(std::span<const float> logits, const SamplingParams& params,
-                 std::span<const int32_t> history, std::vector<float>* scratch) {
+                 std::span<const int32_t> history, std::vector<float>* scratch,
+                 bool want_z = true) {
   const size_t n = logits.size();
   LTM_ASSERT(n > 0 && n <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
              "sampler: bad row length ", n);
@@ -436,6 +437,7 @@ Prepared prepare(std::span<const float> logits, const SamplingParams& params,
   p.m = row_max(p.v);
   p.t = effective_temperature(params);
   p.greedy = params.temperature == 0.0f;
+  if (p.greedy && !want_z) return p;  // z stays 0: no logprob asked for
   p.z = sum_exp(p.v, p.m, p.t);
   if (p.greedy) return p;
   if (params.top_k > 0) {
@@ -457,8 +459,9 @@ float log_prob(float value, float m, float t, double z) {
 // ---- Whole-row sampling -------------------------------------------------------------------------
 
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
-                    std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch) {
-  const Prepared p = prepare(logits, params, history, scratch);
+                    std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch,
+                    bool want_logprob) {
+  const Prepared p = prepare(logits, params, history, scratch, want_logprob);
   size_t id;
   if (p.greedy) {
     id = first_argmax(p.v, p.m);
@@ -468,6 +471,7 @@ SampleResult sample(std::span<const float> logits, const SamplingParams& params,
     const size_t j = draw(p.kept.sorted, p.m, p.t, p.kept.mass, rng.uniform());
     id = id_of_position(p.v, p.kept.sorted, j);
   }
+  if (p.greedy && !want_logprob) return {static_cast<int32_t>(id), std::nanf("")};
   return {static_cast<int32_t>(id), log_prob(p.v[id], p.m, p.t, p.z)};
 }
 

@@ -77,9 +77,12 @@ struct SampleResult {
 // warm call does not allocate.
 // Cost for vocab 50257 (Release, one core; SamplerSpeed prints it): 40-70 us for greedy, plain,
 // top-k and top-p on language-model-like rows; top-p alone on a near-uniform row sorts its
-// ~40k-token nucleus, ~0.4 ms.
+// ~40k-token nucleus, ~0.4 ms. want_logprob = false lets a greedy row skip the softmax
+// normalizer, a pass of exp over the row that only the logprob needs (the result's logprob is
+// then NaN; the token is the same).
 SampleResult sample(std::span<const float> logits, const SamplingParams& params,
-                    std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch);
+                    std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch,
+                    bool want_logprob = true);
 
 // The distribution sample() draws from, for tests and tools: probs[i] = probability of token i
 // after all processing (0 for tokens cut by top-k/top-p; one-hot on the argmax when greedy).

@@ -61,7 +61,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint32_t kMagic = 0x4c544d32;  // "LTM2" (LTM1 had no adapters)
+constexpr uint32_t kMagic = 0x4c544d33;  // "LTM3" (LTM2 had no want_logprob, LTM1 no adapters)
 
 }  // namespace
 
@@ -92,6 +92,7 @@ std::string encode_plan(const StepPlan& p) {
     w.put(s.params.seed);
     w.put(s.token_index);
     w.put_vec(s.history);
+    w.put<int32_t>(s.want_logprob ? 1 : 0);
   }
   return w.take();
 }
@@ -111,9 +112,11 @@ absl::StatusOr<StepPlan> decode_plan(const std::string& bytes) {
             n_sampling >= 0;
   for (int32_t i = 0; ok && i < n_sampling; ++i) {
     RowSampling s;
+    int32_t want_logprob = 0;
     ok = r.get(&s.params.temperature) && r.get(&s.params.top_k) && r.get(&s.params.top_p) &&
          r.get(&s.params.repetition_penalty) && r.get(&s.params.seed) && r.get(&s.token_index) &&
-         r.get_vec(&s.history);
+         r.get_vec(&s.history) && r.get(&want_logprob) && (want_logprob == 0 || want_logprob == 1);
+    s.want_logprob = want_logprob != 0;
     p.sampling.push_back(std::move(s));
   }
   ok = ok && kind >= static_cast<int32_t>(PlanKind::kStep) &&

@@ -18,6 +18,7 @@ struct RowSampling {
   SamplingParams params;
   int32_t token_index = 0;        // tokens generated before this one
   std::vector<int32_t> history;   // prompt + generated ids; sent only when repetition_penalty != 1
+  bool want_logprob = true;       // false: a greedy row skips the softmax normalizer (sample())
 };
 
 // kKeepAlive: nothing to run; rank 0 sends one every --keepalive-s while idle so that the other

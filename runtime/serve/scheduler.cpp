@@ -317,6 +317,7 @@ bool Scheduler::submit_plan() {
     RowSampling rs;
     rs.params = seq->req.sampling;
     rs.token_index = seq->generated();
+    rs.want_logprob = seq->req.return_logprobs;
     if (rs.params.repetition_penalty != 1.0f) rs.history = seq->tokens;
     if (seq->req.return_prompt_logits && !seq->prompt_logits_sent) {
       // Every prompt position in this chunk, except the one a token is sampled from below.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,33 @@ TEST(SamplerGreedy, ArgmaxLowestIdOnTiesAndRawLogprob) {
   EXPECT_EQ(rng.next_u64(), copy.next_u64()) << "greedy must not consume random numbers";
   // Top-k/top-p/temperature do not matter in greedy mode.
   EXPECT_EQ(sample(logits, params(0.0f, 1, 0.1f), {}, rng, &scratch).token, 1);
+}
+
+// Without a logprob a greedy row skips the normalizer: the same token (ties to the lowest id,
+// penalty applied), logprob NaN; sampled rows ignore the flag.
+TEST(SamplerGreedy, WithoutLogprobSameTokenNoNormalizer) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(50257);
+  for (float& x : logits) x = nd(gen);
+  logits[777] = logits[40000] = 30.0f;  // a tie: the lowest id wins
+  const std::vector<int32_t> history = {777, 12};
+  std::vector<float> scratch;
+  for (const SamplingParams& p : {params(0.0f), params(0.0f, 0, 1.0f, 1.3f)}) {
+    Rng rng(1);
+    const SampleResult with = sample(logits, p, history, rng, &scratch);
+    const SampleResult without = sample(logits, p, history, rng, &scratch, false);
+    EXPECT_EQ(without.token, with.token);
+    EXPECT_TRUE(std::isnan(without.logprob));
+    EXPECT_FALSE(std::isnan(with.logprob));
+  }
+  Rng rng(1);
+  EXPECT_EQ(sample(logits, params(0.0f), {}, rng, &scratch, false).token, 777);
+  Rng a(9), b(9);
+  const SampleResult drawn = sample(logits, params(0.8f, 0, 0.9f), {}, a, &scratch, false);
+  const SampleResult ref = sample(logits, params(0.8f, 0, 0.9f), {}, b, &scratch);
+  EXPECT_EQ(drawn.token, ref.token);
+  EXPECT_EQ(drawn.logprob, ref.logprob);
 }
 
 TEST(SamplerGreedy, PenaltyCanChangeTheArgmax) {

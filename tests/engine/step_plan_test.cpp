@@ -32,6 +32,7 @@ StepPlan sample_plan() {
   a.history = {50256, 11, 9};
   RowSampling b;
   b.token_index = 0;
+  b.want_logprob = false;
   p.sampling = {a, b};
   p.want_logits = true;
   return p;
@@ -60,7 +61,9 @@ TEST(StepPlan, RoundTripKeepsEveryField) {
   EXPECT_EQ(a.params.seed, 0x123456789abcdefull);
   EXPECT_EQ(a.token_index, 5);
   EXPECT_EQ(a.history, (std::vector<int32_t>{50256, 11, 9}));
+  EXPECT_TRUE(a.want_logprob);
   EXPECT_TRUE(q->sampling[1].history.empty());
+  EXPECT_FALSE(q->sampling[1].want_logprob);
 }
 
 TEST(StepPlan, AdapterIdsAndAdapterControlRoundTrip) {
@@ -122,7 +125,7 @@ namespace {
 TEST(StepPlan, AllEmptyVectorsDecodeWithoutTouchingNull) {
   std::string bytes;
   auto put = [&](int32_t v) { bytes.append(reinterpret_cast<const char*>(&v), 4); };
-  put(0x4c544d32);
+  put(0x4c544d33);
   put(3);  // KeepAlive
   put(0);
   for (int i = 0; i < 6; ++i) put(0);  // token_ids .. block_tables: empty
