@@ -261,9 +261,15 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   const size_t bytes = static_cast<size_t>(m * vl) * sizeof(float);
   if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
   model_.compute_logits(in, hidden_.f32(), logits_.f32());
-  host_logits_.resize(static_cast<size_t>(m * vl));
-  backend_.copy_to_host(host_logits_.data(), logits_.data(), bytes);
-  backend_.synchronize();
+  if (backend_.kind() == BackendKind::kCpu) {
+    backend_.synchronize();
+    host_rows_ = logits_.f32();  // host memory already: no copy of m x vocab floats
+  } else {
+    host_logits_.resize(static_cast<size_t>(m * vl));
+    backend_.copy_to_host(host_logits_.data(), logits_.data(), bytes);
+    backend_.synchronize();
+    host_rows_ = host_logits_.data();
+  }
 
   if (s.tp > 1 && full_logits == nullptr) {
     samples_from_candidates(plan, &samples);
@@ -272,13 +278,13 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   // The full vocabulary of every row: this rank's slice when tp = 1, else gathered (only when the
   // caller wants the logits themselves, e.g. --dump-logits).
   std::vector<float> gathered;
-  const float* rows = host_logits_.data();
+  const float* rows = host_rows_;
   int64_t stride = vl;
   if (s.tp > 1) {
     std::vector<float> all(static_cast<size_t>(s.tp * m * vl));
     {
       CommTimer t(&comm_seconds_);
-      comms_.tp.all_gather(host_logits_.data(), all.data(), bytes);
+      comms_.tp.all_gather(host_rows_, all.data(), bytes);
     }
     gathered.resize(static_cast<size_t>(m * s.tp * vl));
     for (int r = 0; r < s.tp; ++r)
@@ -316,7 +322,7 @@ void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleRes
   std::vector<CandidateSet> sets(static_cast<size_t>(m));
   for_each_row(m, backend_.host_threads(), [&](int64_t i, std::vector<float>&) {
     const RowSampling& rs = plan.sampling[i];
-    sets[i] = local_candidates(std::span<const float>(host_logits_.data() + i * vl, vl),
+    sets[i] = local_candidates(std::span<const float>(host_rows_ + i * vl, vl),
                                static_cast<int32_t>(vocab.begin), valid, rs.params, rs.history);
   });
   std::string blob;
