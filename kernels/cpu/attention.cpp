@@ -18,6 +18,8 @@ namespace ltm::kernels::cpu {
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
                     int head_dim, int block_size, float* k_cache, float* v_cache) {
   const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+  // Tokens on every thread (their slots are distinct): each row goes to a cold line of the pool.
+#pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     const int64_t block = slot / block_size;
@@ -45,6 +47,7 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
   auto* kc = static_cast<uint16_t*>(k_cache);
   auto* vc = static_cast<uint16_t*>(v_cache);
   const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+#pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     const int64_t block = slot / block_size;

@@ -143,10 +143,15 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
   const int64_t kpad = (k + 31) / 32 * 32, mpad = (m + 15) / 16 * 16;
   const size_t panel_elems = static_cast<size_t>(panel_rows(k, WeightType::kBF16) * kPanelWidth);
   // Rows on 64-byte boundaries (kpad * 2 bytes apart from an aligned start): a tile row that
-  // straddled two cache lines would cost both.
-  std::vector<uint16_t> a16_store(static_cast<size_t>(mpad * kpad + 32), 0);
+  // straddled two cache lines would cost both. The buffer is kept per thread (no allocation, page
+  // faults or clearing per call); round_rows_bf16 writes every real row whole, and only the pad
+  // rows below m are cleared.
+  static thread_local std::vector<uint16_t> a16_store;
+  if (a16_store.size() < static_cast<size_t>(mpad * kpad + 32))
+    a16_store.resize(static_cast<size_t>(mpad * kpad + 32));
   uint16_t* const a16 = reinterpret_cast<uint16_t*>(
       (reinterpret_cast<uintptr_t>(a16_store.data()) + 63) & ~uintptr_t{63});
+  std::memset(a16 + m * kpad, 0, static_cast<size_t>((mpad - m) * kpad) * sizeof(uint16_t));
   const int threads = std::max(1, blas_threads());
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r0 = 0; r0 < m; r0 += 16)

@@ -109,6 +109,9 @@ void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t
 
 void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
                        int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  // A column of the packed E^T panels per token (strided reads): on every thread when there are
+  // enough tokens, so that the others do not wait for the step thread.
+#pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t id = ids[t];
     if (id >= row_begin && id < row_end)
