@@ -54,6 +54,14 @@ void Backend::write_embedding_rows(DeviceBuffer& table, const float* e_rows, int
   write_weight_rows(table, e_rows, row_begin, row_end, rows, d);
 }
 
+const void* Backend::read_on_host(const void* src, size_t bytes,
+                                  std::vector<unsigned char>& staging) {
+  if (staging.size() < bytes) staging.resize(bytes);
+  copy_to_host(staging.data(), src, bytes);
+  synchronize();
+  return staging.data();
+}
+
 const int32_t* Backend::stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging) {
   const size_t bytes = std::max<size_t>(n, 1) * sizeof(int32_t);
   if (staging.bytes() < bytes) staging = alloc(std::max(bytes, staging.bytes() * 2));

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace ltm {
@@ -134,6 +135,10 @@ class Backend {
   // the CPU backend, whose device memory is host memory, returns `host` itself. Either way the
   // host array must stay unchanged until the step's ops have run.
   virtual const int32_t* stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging);
+  // The other way: `bytes` of device memory at `src`, readable on the host once the ops enqueued
+  // so far have run. The default waits, copies them into `staging` (grown as needed) and returns
+  // that; the CPU backend waits and returns `src` itself.
+  virtual const void* read_on_host(const void* src, size_t bytes, std::vector<unsigned char>& staging);
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;

@@ -23,6 +23,10 @@ class CpuBackend final : public Backend {
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   // Host memory is this backend's device memory: the ops read the host array itself.
   const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }
+  const void* read_on_host(const void* src, size_t, std::vector<unsigned char>&) override {
+    synchronize();
+    return src;
+  }
   // Weights in f32, bf16 or fp16 packed panels; KV caches of any of the three.
   bool supports(Precision, Precision) const override { return true; }
   DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override;

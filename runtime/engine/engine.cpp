@@ -261,15 +261,8 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   const size_t bytes = static_cast<size_t>(m * vl) * sizeof(float);
   if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
   model_.compute_logits(in, hidden_.f32(), logits_.f32());
-  if (backend_.kind() == BackendKind::kCpu) {
-    backend_.synchronize();
-    host_rows_ = logits_.f32();  // host memory already: no copy of m x vocab floats
-  } else {
-    host_logits_.resize(static_cast<size_t>(m * vl));
-    backend_.copy_to_host(host_logits_.data(), logits_.data(), bytes);
-    backend_.synchronize();
-    host_rows_ = host_logits_.data();
-  }
+  // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
+  host_rows_ = static_cast<const float*>(backend_.read_on_host(logits_.data(), bytes, host_logits_));
 
   if (s.tp > 1 && full_logits == nullptr) {
     samples_from_candidates(plan, &samples);

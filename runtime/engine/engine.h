@@ -90,7 +90,7 @@ class Engine {
   std::deque<StepOutput> ready_;    // results already here (rank 0 is on the last stage)
   DeviceBuffer hidden_;      // [n_tokens, d]
   DeviceBuffer logits_;      // [rows, vocab_local]
-  std::vector<float> host_logits_;  // the logits' host copy (a device backend)
+  std::vector<unsigned char> host_logits_;  // the logits' host copy (a device backend)
   const float* host_rows_ = nullptr;  // this step's logits on the host: logits_ itself on the CPU
   double comm_seconds_ = 0;
   double idle_timeout_s_ = 0;
