@@ -130,8 +130,13 @@ double sum_exp(std::span<const float> v, float m, float t) {
   return z;
 }
 
+// HF's rule, saturating: a finite logit stays finite for any accepted penalty (3 / 1e-40 would be
+// +inf, which no distribution has; -3 * 3e38 would be -inf, which would drop the token for good
+// where HF's float32 keeps it last). -inf stays -inf.
 inline float penalize(float logit, float penalty) {
-  return logit < 0.0f ? logit * penalty : logit / penalty;
+  constexpr float kMax = std::numeric_limits<float>::max();
+  const float v = logit < 0.0f ? logit * penalty : logit / penalty;
+  return std::isinf(v) && std::isfinite(logit) ? std::copysign(kMax, v) : v;
 }
 
 // An int32 whose signed order is the float order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
@@ -141,10 +146,13 @@ inline int32_t order_key(float f) {
 }
 inline float from_order_key(int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7FFFFFFF)); }
 
-// Max of a row that must hold no NaN and at least one finite value (+inf is not allowed either).
-// Integer min/max reductions: they vectorize without fast-math, and NaNs of either sign land
-// outside [key(-inf), key(+inf)].
-float row_max(std::span<const float> v) {
+// One pass over a row: the largest and smallest order keys. Integer min/max reductions vectorize
+// without fast-math, and NaNs of either sign land outside [key(-inf), key(+inf)].
+struct RowKeys {
+  int32_t hi = std::numeric_limits<int32_t>::min();
+  int32_t lo = std::numeric_limits<int32_t>::max();
+};
+RowKeys row_keys(std::span<const float> v) {
   int32_t hi = std::numeric_limits<int32_t>::min();
   int32_t lo = std::numeric_limits<int32_t>::max();
   LTM_OMP_SIMD(reduction(max : hi) reduction(min : lo))
@@ -153,13 +161,38 @@ float row_max(std::span<const float> v) {
     hi = std::max(hi, k);
     lo = std::min(lo, k);
   }
-  const float m = from_order_key(hi);
-  LTM_ASSERT(hi <= order_key(std::numeric_limits<float>::infinity()) && lo >= order_key(kNegInf),
-             "sampler: NaN in logits");
-  LTM_ASSERT(std::isfinite(m), "sampler: logits must be finite or -inf with at least one finite, max=",
-             m);
-  return m;
+  return {hi, lo};
 }
+
+// What is wrong with a row whose keys are `k`, if anything: a NaN, a +inf, or no finite value.
+bool keys_are_bad(RowKeys k, RowError* why) {
+  const int32_t pos_inf = order_key(std::numeric_limits<float>::infinity());
+  if (k.hi > pos_inf || k.lo < order_key(kNegInf)) {
+    *why = RowError::kNaN;
+  } else if (k.hi == pos_inf) {
+    *why = RowError::kPosInf;
+  } else if (k.hi <= order_key(kNegInf)) {
+    *why = RowError::kAllNegInf;  // also an empty row
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* row_error_name(RowError e) {
+  switch (e) {
+    case RowError::kNaN: return "a NaN in the logits";
+    case RowError::kPosInf: return "a +inf in the logits";
+    case RowError::kAllNegInf: return "every logit -inf";
+  }
+  return "a bad logits row";
+}
+
+bool row_is_bad(std::span<const float> row, RowError* why) { return keys_are_bad(row_keys(row), why); }
+
+namespace {
 
 // Sorts a[0, n) descending. `tmp` has room for n floats. -0 and +0 may come in either order;
 // they are equal values with equal weights, which is all the callers rely on.
@@ -408,6 +441,8 @@ struct Prepared {
   double z = 0.0;            // sum_exp(v, m, t)
   bool greedy = false;
   Kept kept;                 // unused when greedy
+  bool bad = false;          // the row cannot be sampled (`error` says why); nothing else is set
+  RowError error = RowError::kNaN;
 };
 
 Prepared prepare(std::span<const float> logits, const SamplingParams& params,
@@ -434,7 +469,12 @@ Prepared prepare(std::span<const float> logits, const SamplingParams& params,
     }
     p.v = std::span<const float>(row, n);
   }
-  p.m = row_max(p.v);
+  const RowKeys keys = row_keys(p.v);
+  if (keys_are_bad(keys, &p.error)) {
+    p.bad = true;
+    return p;
+  }
+  p.m = from_order_key(keys.hi);
   p.t = effective_temperature(params);
   p.greedy = params.temperature == 0.0f;
   if (p.greedy && !want_z) return p;  // z stays 0: no logprob asked for
@@ -462,6 +502,7 @@ SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch,
                     bool want_logprob) {
   const Prepared p = prepare(logits, params, history, scratch, want_logprob);
+  if (p.bad) return SampleResult::failed(p.error);
   size_t id;
   if (p.greedy) {
     id = first_argmax(p.v, p.m);
@@ -481,6 +522,7 @@ void processed_probabilities(std::span<const float> logits, const SamplingParams
   const Prepared p = prepare(logits, params, history, &scratch);
   const size_t n = p.v.size();
   probs->assign(n, 0.0f);
+  if (p.bad) return;
   if (p.greedy) {
     (*probs)[first_argmax(p.v, p.m)] = 1.0f;
     return;
@@ -499,6 +541,45 @@ void processed_probabilities(std::span<const float> logits, const SamplingParams
     const bool keep = p.v[i] > last || (p.v[i] == last && ties > 0 && ties-- > 0);
     if (keep) (*probs)[i] = static_cast<float>(weight(p.v[i], p.m, p.t) / p.kept.mass);
   }
+}
+
+// ---- Logprobs of the raw distribution -----------------------------------------------------------
+
+RowLogprobs row_logprobs(std::span<const float> row, int32_t token, int n_top,
+                         std::vector<int32_t>* scratch) {
+  LTM_ASSERT(token >= 0 && static_cast<size_t>(token) < row.size(), "row_logprobs: token ", token,
+             " outside the row of ", row.size());
+  LTM_ASSERT(n_top >= 0 && n_top <= kMaxTopLogprobs, "row_logprobs: n_top ", n_top);
+  RowLogprobs out;
+  const RowKeys keys = row_keys(row);
+  RowError why;
+  if (keys_are_bad(keys, &why)) {
+    out.token = static_cast<int32_t>(why);
+    out.logprob = std::numeric_limits<float>::quiet_NaN();
+    return out;
+  }
+  const float m = from_order_key(keys.hi);
+  const double log_z = static_cast<double>(m) + std::log(sum_exp(row, m, 1.0f));
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(row[token]) - log_z);
+  const size_t k = std::min<size_t>(static_cast<size_t>(n_top), row.size());
+  if (k == 0) return out;
+  // The k best ids in (logit desc, id asc): one pass keeping a sorted list of k (k <= 20; most
+  // logits fall below the k-th and cost one comparison).
+  std::vector<int32_t>& best = *scratch;
+  best.clear();
+  const auto better = [&](int32_t a, int32_t b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  };
+  for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) {
+    if (best.size() == k && !better(i, best.back())) continue;
+    if (best.size() == k) best.pop_back();
+    best.insert(std::upper_bound(best.begin(), best.end(), i, better), i);
+  }
+  out.n_top = static_cast<int32_t>(k);
+  for (size_t j = 0; j < k; ++j)
+    out.top[j] = {best[j], static_cast<float>(static_cast<double>(row[best[j]]) - log_z)};
+  return out;
 }
 
 // ---- Vocab-sharded sampling ---------------------------------------------------------------------
@@ -530,12 +611,15 @@ CandidateSet local_candidates(std::span<const float> local_logits, int32_t id_be
     }
   }
   const float t = effective_temperature(params);
-  float m = kNegInf;
-  for (float x : v) {
-    LTM_ASSERT(x == x && x < std::numeric_limits<float>::infinity(),
-               "local_candidates: NaN or +inf in logits");
-    m = std::max(m, x);
+  RowError why;
+  if (keys_are_bad(row_keys(v), &why) && why != RowError::kAllNegInf) {
+    // The sampling rank fails the row; a slice of -inf only is fine (another may hold the mass).
+    set.local_max = why == RowError::kNaN ? std::numeric_limits<float>::quiet_NaN()
+                                          : std::numeric_limits<float>::infinity();
+    return set;
   }
+  float m = kNegInf;
+  for (float x : v) m = std::max(m, x);
   set.local_max = m;
   set.local_sum_exp = m > kNegInf ? sum_exp(v, m, t) : 0.0;
 
@@ -560,8 +644,11 @@ LogNormalizer combine_normalizers(std::span<const LogNormalizer> per_rank,
                                   const SamplingParams& params) {
   const float t = effective_temperature(params);
   LogNormalizer g;
-  for (const LogNormalizer& r : per_rank) g.max = std::max(g.max, r.max);
-  if (g.max == kNegInf) return g;
+  for (const LogNormalizer& r : per_rank) {
+    if (std::isnan(r.max)) return {r.max, 0.0};  // a bad slice: the row fails
+    g.max = std::max(g.max, r.max);
+  }
+  if (g.max == kNegInf || std::isinf(g.max)) return g;
   for (const LogNormalizer& r : per_rank)
     if (r.max > kNegInf) g.sum_exp += r.sum_exp * std::exp(static_cast<double>((r.max - g.max) / t));
   return g;
@@ -569,8 +656,12 @@ LogNormalizer combine_normalizers(std::span<const LogNormalizer> per_rank,
 
 SampleResult sample_from_candidates(std::span<const Candidate> candidates, LogNormalizer global,
                                     const SamplingParams& params, Rng& rng) {
-  LTM_ASSERT(!candidates.empty(), "sample_from_candidates: no candidates");
   LTM_ASSERT(validate(params).ok(), validate(params).ToString());
+  // A rank's bad slice, or every logit -inf: nothing to sample from.
+  if (std::isnan(global.max)) return SampleResult::failed(RowError::kNaN);
+  if (global.max == std::numeric_limits<float>::infinity())
+    return SampleResult::failed(RowError::kPosInf);
+  if (global.max == kNegInf || candidates.empty()) return SampleResult::failed(RowError::kAllNegInf);
   const float t = effective_temperature(params);
 
   if (params.temperature == 0.0f) {
@@ -584,8 +675,7 @@ SampleResult sample_from_candidates(std::span<const Candidate> candidates, LogNo
     std::partial_sort(c.begin(), c.begin() + k, c.end(), canonical_less);
     std::vector<float> values(k);
     for (size_t j = 0; j < k; ++j) values[j] = c[j].logit;
-    const float m = values[0];
-    LTM_ASSERT(std::isfinite(m), "sample_from_candidates: best candidate logit ", m);
+    const float m = values[0];  // finite: the global max is, and it is among the top-k
     const Kept kept = keep_from_top_k(values, m, t, params.top_p);
     const size_t j = draw(kept.sorted, m, t, kept.mass, rng.uniform());
     return {c[j].id, log_prob(c[j].logit, global.max, t, global.sum_exp)};
@@ -603,7 +693,7 @@ SampleResult sample_from_candidates(std::span<const Candidate> candidates, LogNo
     row[i] = c[i].logit;
   }
   const std::span<const float> v(row, n);
-  const float m = row_max(v);
+  const float m = global.max;  // the max of the row the candidates rebuild
   const double z = sum_exp(v, m, t);
   const Kept kept = keep_from_row(v, m, t, params.top_p, z, row + n, row + 2 * n);
   size_t id;

@@ -23,10 +23,17 @@
 // penalty and temperature; in greedy mode after penalty only (temperature 1), which is the raw
 // model distribution when repetition_penalty == 1.
 //
+// Total over what validation accepts: the repetition penalty saturates at +-FLT_MAX instead of
+// overflowing (a logit of 3 divided by a penalty of 1e-40 is FLT_MAX, not +inf), a tiny
+// temperature concentrates the draw on the best tokens as greedy does, and a huge one flattens
+// it. A row the model got wrong -- a NaN or +inf anywhere, or every logit -inf (an adapter, a
+// bad checkpoint, an overflow) -- is not a caller bug: the result says so (SampleResult::ok()
+// false, `token` the reason), and the caller fails that one request.
+//
 // Threading: all functions are pure apart from advancing the given Rng and writing `scratch`;
 // use one Rng and one scratch per thread. Preconditions (caller bugs, LTM_ASSERT): a non-empty
-// row with no NaN and at least one logit > -inf, history ids inside the row, params that pass
-// validate(). Requests are checked with validate() before they are queued.
+// row, history ids inside the row, params that pass validate(). Requests are checked with
+// validate() before they are queued.
 #pragma once
 
 #include <cstdint>
@@ -66,9 +73,24 @@ class Rng {
   uint64_t s_[4];
 };
 
+// Why a row could not be sampled: the (negative) token of a SampleResult that is not ok().
+enum class RowError : int32_t {
+  kNaN = -1,        // a NaN in the row
+  kPosInf = -2,     // a +inf in the row (no finite distribution)
+  kAllNegInf = -3,  // every logit is -inf
+};
+const char* row_error_name(RowError e);
+// The first defect of `row` in the order above, if any (one vectorised pass).
+bool row_is_bad(std::span<const float> row, RowError* why);
+
 struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.0f;  // see "Reported logprob" above
+  int32_t token = -1;    // >= 0: the token; < 0: a RowError, the row was not sampled
+  float logprob = 0.0f;  // see "Reported logprob" above; NaN when the row was not sampled
+  bool ok() const { return token >= 0; }
+  RowError error() const { return static_cast<RowError>(token); }
+  static SampleResult failed(RowError e) {
+    return {static_cast<int32_t>(e), std::numeric_limits<float>::quiet_NaN()};
+  }
 };
 
 // Samples one token from logits[0 .. logits.size()): pass only the real vocab (a padded row cut
@@ -84,8 +106,32 @@ SampleResult sample(std::span<const float> logits, const SamplingParams& params,
                     std::span<const int32_t> history, Rng& rng, std::vector<float>* scratch,
                     bool want_logprob = true);
 
+// ---- Logprobs of the raw model distribution (OpenAI `logprobs`) --------------------------------
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+// One row's log-softmax (no penalty, temperature 1) reduced to what a client asked for: the
+// chosen token's logprob and the n_top best alternatives, best first (ties by lower id). A plain
+// struct (it crosses MPI as bytes). Not ok() when the row was bad (token < 0: the RowError).
+struct RowLogprobs {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  int32_t n_top = 0;
+  struct Alternative {
+    int32_t id;
+    float logprob;
+  };
+  Alternative top[kMaxTopLogprobs] = {};  // [n_top], best first
+  bool ok() const { return token >= 0; }
+};
+
+// `token` in [0, row.size()), n_top in [0, kMaxTopLogprobs]. O(row) time; `scratch` is reused.
+RowLogprobs row_logprobs(std::span<const float> row, int32_t token, int n_top,
+                         std::vector<int32_t>* scratch);
+
 // The distribution sample() draws from, for tests and tools: probs[i] = probability of token i
-// after all processing (0 for tokens cut by top-k/top-p; one-hot on the argmax when greedy).
+// after all processing (0 for tokens cut by top-k/top-p; one-hot on the argmax when greedy;
+// all 0 for a row sample() refuses).
 void processed_probabilities(std::span<const float> logits, const SamplingParams& params,
                              std::span<const int32_t> history, std::vector<float>* probs);
 
@@ -123,22 +169,27 @@ struct LogNormalizer {
 
 struct CandidateSet {
   std::vector<Candidate> candidates;
-  float local_max = -std::numeric_limits<float>::infinity();  // over all valid local logits
+  // Over all valid local logits; NaN or +inf (with no candidates) when this slice holds one,
+  // which makes the whole row fail in sample_from_candidates().
+  float local_max = -std::numeric_limits<float>::infinity();
   double local_sum_exp = 0.0;  // sum of exp((l - local_max) / t) over all valid local logits
   LogNormalizer normalizer() const { return {local_max, local_sum_exp}; }
 };
 
 // `local_logits` has at least valid_count entries; history ids outside this rank's range are
-// skipped. Allocates the returned vector.
+// skipped. Allocates the returned vector. A slice with a NaN or +inf gives a set with that
+// local_max (NaN first) and no candidates.
 CandidateSet local_candidates(std::span<const float> local_logits, int32_t id_begin,
                               int32_t valid_count, const SamplingParams& params,
                               std::span<const int32_t> history);
 
-// The global normalizer from every rank's (local_max, local_sum_exp); `params` gives t.
+// The global normalizer from every rank's (local_max, local_sum_exp); `params` gives t. Its max
+// is NaN when any rank's is, else +inf when any rank's is (a bad slice).
 LogNormalizer combine_normalizers(std::span<const LogNormalizer> per_rank,
                                   const SamplingParams& params);
 
 // `candidates`: all ranks' candidates concatenated; `global`: combine_normalizers() of all ranks.
+// Not ok() when the row was bad on any rank (the normalizer's max says how, as row_is_bad).
 SampleResult sample_from_candidates(std::span<const Candidate> candidates, LogNormalizer global,
                                     const SamplingParams& params, Rng& rng);
 
