@@ -68,15 +68,18 @@ def vec(v):
 
 def plan(kind, want, token_ids, positions, slots, offsets, ctx, tables, max_blocks, rows, sampling,
          adapters=(), adapter_id=0, max_rank=0, adapter_dir=b""):
-    b = struct.pack("<Iii", 0x4c544d33, kind, want)
+    b = struct.pack("<Iii", 0x4c544d34, kind, want)  # "LTM4"
+
     for v in (token_ids, positions, slots, offsets, ctx, tables):
         b += vec(v)
     b += struct.pack("<i", max_blocks) + vec(rows) + vec(list(adapters))
     b += struct.pack("<iii", adapter_id, max_rank, len(adapter_dir)) + adapter_dir
     b += struct.pack("<i", len(sampling))
-    for t, k, p, r, seed, idx, hist, *logprob in sampling:  # logprob: want_logprob, default 1
+    # The optional tail of a row: want_logprob (default 1), target (-1), top_n (-1).
+    for t, k, p, r, seed, idx, hist, *tail in sampling:
+        want_logprob, target, top_n = (list(tail) + [1, -1, -1][len(tail):])[:3]
         b += struct.pack("<fiffQi", t, k, p, r, seed, idx) + vec(hist)
-        b += struct.pack("<i", logprob[0] if logprob else 1)
+        b += struct.pack("<iii", want_logprob, target, top_n)
     return b
 
 
@@ -90,6 +93,11 @@ out("step_plan_fuzz", "lora-mixed", plan(1, 0, [5, 9], [3, 7], [3, 23], [0, 1, 2
                                         [0, 0, 1, 2], 2, [0, 1],
                                         [(0.0, 0, 1.0, 1.0, 1, 3, [], 0), (0.0, 0, 1.0, 1.0, 2, 7, [])],
                                         adapters=[0, 3]))
+out("step_plan_fuzz", "score-prompt", plan(1, 0, [5, 9, 11], [0, 1, 2], [0, 1, 2], [0, 3], [3],
+                                          [0], 1, [0, 1, 2],
+                                          [(0.0, 0, 1.0, 1.0, 1, 0, [], 1, 9, 5),
+                                           (0.0, 0, 1.0, 1.0, 1, 0, [], 1, 11, 5),
+                                           (0.0, 0, 1.0, 1.0, 1, 0, [], 1, -1, 20)]))
 out("step_plan_fuzz", "lora-load", plan(4, 0, [], [], [], [0], [], [], 0, [], [], adapter_id=3,
                                         max_rank=64, adapter_dir=b"/srv/lora/sql"))
 out("step_plan_fuzz", "shutdown", plan(2, 0, [], [], [], [0], [], [], 0, [], []))

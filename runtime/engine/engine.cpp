@@ -54,6 +54,7 @@ constexpr int kTagLogits = 103;
 constexpr int kTagCandidates = 104;
 constexpr int kTagPlanSize = 105;
 constexpr int kTagPlan = 106;
+constexpr int kTagLogprobs = 107;
 
 class CommTimer {
  public:
@@ -68,6 +69,11 @@ class CommTimer {
 };
 
 }  // namespace
+
+bool plan_wants_logprobs(const StepPlan& plan) {
+  return std::any_of(plan.sampling.begin(), plan.sampling.end(),
+                     [](const RowSampling& rs) { return rs.target >= 0 || rs.top_n >= 0; });
+}
 
 Rng token_rng(uint64_t seed, int32_t token_index) {
   uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(token_index) + 1));
@@ -107,7 +113,8 @@ void Engine::submit(const StepPlan& plan) {
   if (last_stage_root_ == 0) {
     ready_.push_back(std::move(out));  // rank 0 is on the last stage: the samples are here
   } else {
-    in_flight_.push_back({static_cast<int>(plan.input.logit_rows.size()), plan.want_logits});
+    in_flight_.push_back({static_cast<int>(plan.input.logit_rows.size()), plan.want_logits,
+                          plan_wants_logprobs(plan)});
   }
 }
 
@@ -130,6 +137,11 @@ StepOutput Engine::collect() {
     out.logits.resize(static_cast<size_t>(f.rows) * model_.config().vocab_size);
     comms_.world.recv(out.logits.data(), out.logits.size() * sizeof(float), last_stage_root_,
                       kTagLogits);
+  }
+  if (f.want_logprobs) {
+    out.logprobs.resize(f.rows);
+    comms_.world.recv(out.logprobs.data(), f.rows * sizeof(RowLogprobs), last_stage_root_,
+                      kTagLogprobs);
   }
   return out;
 }
@@ -237,12 +249,14 @@ StepOutput Engine::execute(const StepPlan& plan) {
   const int m = static_cast<int>(in.logit_rows.size());
   if (s.is_last_stage()) {
     std::vector<float> full;
-    out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr);
+    out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr, &out.logprobs);
     if (s.tp_rank == 0 && world_rank != 0) {
       CommTimer t(&comm_seconds_);
       comms_.world.post(out.samples.data(), m * sizeof(SampleResult), 0, kTagSamples);
       if (plan.want_logits)
         comms_.world.post(full.data(), full.size() * sizeof(float), 0, kTagLogits);
+      if (!out.logprobs.empty())
+        comms_.world.post(out.logprobs.data(), m * sizeof(RowLogprobs), 0, kTagLogprobs);
     }
     out.logits = std::move(full);
   }
@@ -250,7 +264,8 @@ StepOutput Engine::execute(const StepPlan& plan) {
 }
 
 std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
-                                                    std::vector<float>* full_logits) {
+                                                    std::vector<float>* full_logits,
+                                                    std::vector<RowLogprobs>* logprobs) {
   const ShardSpec& s = model_.shard();
   const StepInput& in = plan.input;
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
@@ -264,12 +279,14 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
   host_rows_ = static_cast<const float*>(backend_.read_on_host(logits_.data(), bytes, host_logits_));
 
-  if (s.tp > 1 && full_logits == nullptr) {
+  const bool want_logprobs = plan_wants_logprobs(plan);
+  if (s.tp > 1 && full_logits == nullptr && !want_logprobs) {
     samples_from_candidates(plan, &samples);
     return samples;
   }
   // The full vocabulary of every row: this rank's slice when tp = 1, else gathered (only when the
-  // caller wants the logits themselves, e.g. --dump-logits).
+  // caller wants the logits themselves, e.g. --dump-logits, or logprobs with alternatives: their
+  // top-n is taken here, so what travels on to rank 0 is O(n) per row).
   std::vector<float> gathered;
   const float* rows = host_rows_;
   int64_t stride = vl;
@@ -287,11 +304,25 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
     rows = gathered.data();
     stride = s.tp * vl;
   }
+  if (want_logprobs) logprobs->assign(static_cast<size_t>(m), RowLogprobs{});
   for_each_row(m, backend_.host_threads(), [&](int64_t i, std::vector<float>& scratch) {
     const RowSampling& rs = plan.sampling[i];
+    const std::span<const float> row(rows + i * stride, V);
+    thread_local std::vector<int32_t> top_scratch;  // row_logprobs' best-k list
+    if (rs.target >= 0) {  // a scoring row: the target's logprob, nothing drawn
+      const RowLogprobs lp = row_logprobs(row, rs.target, std::max(rs.top_n, 0), &top_scratch);
+      samples[i] = lp.ok() ? SampleResult{lp.token, lp.logprob} : SampleResult::failed(
+                                                                     static_cast<RowError>(lp.token));
+      (*logprobs)[i] = lp;
+      return;
+    }
     Rng rng = token_rng(rs.params.seed, rs.token_index);
-    samples[i] = sample(std::span<const float>(rows + i * stride, V), rs.params, rs.history, rng,
-                        &scratch, rs.want_logprob);
+    samples[i] = sample(row, rs.params, rs.history, rng, &scratch, rs.want_logprob);
+    if (rs.top_n >= 0 && samples[i].ok()) {
+      (*logprobs)[i] = row_logprobs(row, samples[i].token, rs.top_n, &top_scratch);
+    } else if (rs.top_n >= 0) {
+      (*logprobs)[i].token = samples[i].token;  // the row's error
+    }
   });
   if (full_logits) {
     full_logits->resize(static_cast<size_t>(m * V));

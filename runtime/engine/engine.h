@@ -28,9 +28,16 @@ struct Comms {
 };
 
 struct StepOutput {
-  std::vector<SampleResult> samples;  // one per plan.input.logit_rows entry
+  // One per plan.input.logit_rows entry: the sampled token, or for a scoring row (target >= 0)
+  // the target with its logprob; not ok() for a row whose logits were bad (NaN, +inf, all -inf),
+  // which fails that row's request only.
+  std::vector<SampleResult> samples;
   std::vector<float> logits;          // [rows, vocab_size] when plan.want_logits
+  std::vector<RowLogprobs> logprobs;  // one per row when plan_wants_logprobs(plan)
 };
+
+// Whether any row of `plan` asks for RowLogprobs (a scoring row, or top_n >= 0).
+bool plan_wants_logprobs(const StepPlan& plan);
 
 class Engine {
  public:
@@ -74,7 +81,8 @@ class Engine {
  private:
   StepOutput execute(const StepPlan& plan);
   void post_plan(const StepPlan& plan);
-  std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits);
+  std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits,
+                                              std::vector<RowLogprobs>* logprobs);
   void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
 
   Model& model_;
@@ -85,6 +93,7 @@ class Engine {
   struct InFlight {
     int rows;
     bool want_logits;
+    bool want_logprobs;
   };
   std::deque<InFlight> in_flight_;  // submitted plans whose samples the last stage will send
   std::deque<StepOutput> ready_;    // results already here (rank 0 is on the last stage)

@@ -61,7 +61,8 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint32_t kMagic = 0x4c544d33;  // "LTM3" (LTM2 had no want_logprob, LTM1 no adapters)
+// "LTM4" (LTM3 had no target/top_n, LTM2 no want_logprob, LTM1 no adapters)
+constexpr uint32_t kMagic = 0x4c544d34;
 
 }  // namespace
 
@@ -93,6 +94,8 @@ std::string encode_plan(const StepPlan& p) {
     w.put(s.token_index);
     w.put_vec(s.history);
     w.put<int32_t>(s.want_logprob ? 1 : 0);
+    w.put(s.target);
+    w.put(s.top_n);
   }
   return w.take();
 }
@@ -115,7 +118,9 @@ absl::StatusOr<StepPlan> decode_plan(const std::string& bytes) {
     int32_t want_logprob = 0;
     ok = r.get(&s.params.temperature) && r.get(&s.params.top_k) && r.get(&s.params.top_p) &&
          r.get(&s.params.repetition_penalty) && r.get(&s.params.seed) && r.get(&s.token_index) &&
-         r.get_vec(&s.history) && r.get(&want_logprob) && (want_logprob == 0 || want_logprob == 1);
+         r.get_vec(&s.history) && r.get(&want_logprob) && (want_logprob == 0 || want_logprob == 1) &&
+         r.get(&s.target) && s.target >= -1 && r.get(&s.top_n) && s.top_n >= -1 &&
+         s.top_n <= kMaxTopLogprobs;
     s.want_logprob = want_logprob != 0;
     p.sampling.push_back(std::move(s));
   }

@@ -19,6 +19,13 @@ struct RowSampling {
   int32_t token_index = 0;        // tokens generated before this one
   std::vector<int32_t> history;   // prompt + generated ids; sent only when repetition_penalty != 1
   bool want_logprob = true;       // false: a greedy row skips the softmax normalizer (sample())
+  // >= 0: a scoring row (a prompt position whose logprobs are asked for): nothing is sampled,
+  // the row's result is this token, the next prompt token, with its logprob.
+  int32_t target = -1;
+  // >= 0: also this row's RowLogprobs (raw model distribution, runtime/engine/sampler.h) with
+  // the top_n best alternatives, at most kMaxTopLogprobs; reduced on the last stage, so rank 0
+  // receives O(top_n) per row whatever the vocabulary.
+  int32_t top_n = -1;
 };
 
 // kKeepAlive: nothing to run; rank 0 sends one every --keepalive-s while idle so that the other

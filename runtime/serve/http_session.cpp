@@ -54,30 +54,19 @@ struct Piece {
   int32_t completion_tokens = 0;
 };
 
-// Per-request state the step thread's callback keeps (prompt positions seen so far).
+// What the step thread's callback does with an event: the logprobs come reduced from the last
+// stage (RowLogprobs, O(alternatives) per token), in order: the prompt's (from its second token
+// on, each once) before the first new token's.
 struct EventReducer {
   int n_top = -1;  // -1: no logprobs
-  int64_t vocab = 0;
-  std::vector<int32_t> prompt_ids;  // echo with logprobs
-  size_t prompt_rows = 0;
   Piece reduce(GenerationEvent& ev) {
     Piece p;
     p.text = std::move(ev.text);
     if (n_top >= 0) {
-      const size_t V = static_cast<size_t>(vocab);
-      const size_t prompt_rows_here = V > 0 ? ev.prompt_logits.size() / V : 0;
-      for (size_t r = 0; r < prompt_rows_here; ++r, ++prompt_rows) {
-        // Position i's logits predict prompt token i + 1; the last one predicts the first new
-        // token, which comes with that token's own row.
-        if (prompt_rows + 1 >= prompt_ids.size()) continue;
-        p.logprobs.push_back(reduce_logits(
-            std::span<const float>(ev.prompt_logits.data() + r * V, V),
-            prompt_ids[prompt_rows + 1], n_top));
-      }
+      for (const RowLogprobs& lp : ev.prompt_logprobs) p.logprobs.push_back(token_logprob(lp));
       for (size_t i = 0; i < ev.token_ids.size(); ++i) {
-        if ((i + 1) * V <= ev.full_logits.size())
-          p.logprobs.push_back(reduce_logits(
-              std::span<const float>(ev.full_logits.data() + i * V, V), ev.token_ids[i], n_top));
+        if (i < ev.token_logprobs.size())
+          p.logprobs.push_back(token_logprob(ev.token_logprobs[i]));
         else
           p.logprobs.push_back(TokenLogprob{ev.token_ids[i], false, 0, {}});
       }
@@ -319,9 +308,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     auto reducer = std::make_shared<EventReducer>();
     reducer->n_top = parsed.params.logprobs;
-    reducer->vocab = state_->info.model.vocab_size;
     if (parsed.params.logprobs >= 0 && parsed.params.echo) {
-      reducer->prompt_ids = parsed.request.prompt_ids;
       // The first prompt token has no logprob (nothing predicts it).
       logprobs_.push_back(TokenLogprob{parsed.request.prompt_ids[0], false, 0, {}});
     }

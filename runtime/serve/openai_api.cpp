@@ -342,8 +342,9 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
   absl::StatusOr<GenerationRequest> r = make_generation_request(p, *ctx.tokenizer, ctx.limits);
   if (!r.ok()) return api_error(r.status());
   if (params.logprobs >= 0) {
-    r->return_full_logits = true;  // the alternatives are computed from each token's row
-    if (params.echo) r->return_prompt_logits = true;
+    // The alternatives are reduced from each token's row on the last stage (RowLogprobs).
+    r->logprob_alternatives = params.logprobs;
+    r->score_prompt = params.echo;
   }
   if (params.echo)
     params.prompt_text = p.has_prompt() ? p.prompt() : ctx.tokenizer->decode(r->prompt_ids);
@@ -352,26 +353,11 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
   return std::nullopt;
 }
 
-TokenLogprob reduce_logits(std::span<const float> row, int32_t token, int n_top) {
+TokenLogprob token_logprob(const RowLogprobs& lp) {
   TokenLogprob out;
-  out.token = token;
-  float max = -std::numeric_limits<float>::infinity();
-  for (float v : row) max = std::max(max, v);
-  double sum = 0;
-  for (float v : row) sum += std::exp(static_cast<double>(v) - max);
-  const double log_z = max + std::log(sum);
-  if (token >= 0 && static_cast<size_t>(token) < row.size())
-    out.logprob = static_cast<float>(row[token] - log_z);
-  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(n_top, 0)), row.size());
-  if (k > 0) {
-    std::vector<int32_t> ids(row.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i)
-      out.top.emplace_back(ids[i], static_cast<float>(row[ids[i]] - log_z));
-  }
+  out.token = lp.token;
+  out.logprob = lp.logprob;
+  for (int32_t j = 0; j < lp.n_top; ++j) out.top.emplace_back(lp.top[j].id, lp.top[j].logprob);
   return out;
 }
 

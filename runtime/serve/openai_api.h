@@ -91,7 +91,8 @@ struct TokenLogprob {
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // best first, ties by id
 };
-TokenLogprob reduce_logits(std::span<const float> row, int32_t token, int n_top);
+// What the last stage reduced a token's row to (runtime/engine/sampler.h), as the API reports it.
+TokenLogprob token_logprob(const RowLogprobs& lp);
 
 const char* openai_finish_reason(FinishReason r);  // "stop" | "length" | nullptr
 

@@ -35,6 +35,11 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;     // valid UTF-8, non-empty strings
   bool return_logprobs = false;
+  // OpenAI `logprobs` (HTTP): every new token's logprob under the raw model distribution and its
+  // best `logprob_alternatives` alternatives (0..kMaxTopLogprobs; -1: none), reduced on the last
+  // stage. With score_prompt (OpenAI `echo`) the prompt tokens too, from the second one on.
+  int32_t logprob_alternatives = -1;
+  bool score_prompt = false;
   bool ignore_eos = false;
   // The LoRA adapter to run with (a name the scheduler has loaded); empty: the base model.
   std::string adapter;
@@ -62,6 +67,11 @@ struct GenerationEvent {
   double total_time_s = 0;
   std::vector<float> full_logits;    // [token_ids.size(), vocab] with return_full_logits
   std::vector<float> prompt_logits;  // [n, vocab] for the next n prompt positions
+  // With logprob_alternatives >= 0: one per token_ids entry.
+  std::vector<RowLogprobs> token_logprobs;
+  // With score_prompt: the next prompt tokens' (from the second on, each exactly once, whatever
+  // preemption recomputes).
+  std::vector<RowLogprobs> prompt_logprobs;
 };
 
 using EventCallback = std::function<void(GenerationEvent)>;

@@ -20,7 +20,10 @@ struct Scheduler::Sequence {
   std::vector<int32_t> blocks;  // block table
   std::unique_ptr<StreamingDecoder> decoder;
   std::unique_ptr<StopMatcher> stop;
-  bool prompt_logits_sent = false;
+  // Prompt positions [0, prompt_rows_done) whose row (logits or logprobs of the next prompt
+  // token) has been reported. A sequence preempted during its prefill recomputes them; they
+  // are not reported twice.
+  int32_t prompt_rows_done = 0;
   Clock::time_point t_submit, t_first_token, t_last_token;
   bool finished = false;
   bool busy = false;  // in a plan that is still in flight
@@ -318,23 +321,28 @@ bool Scheduler::submit_plan() {
     rs.params = seq->req.sampling;
     rs.token_index = seq->generated();
     rs.want_logprob = seq->req.return_logprobs;
-    if (rs.params.repetition_penalty != 1.0f) rs.history = seq->tokens;
-    if (seq->req.return_prompt_logits && !seq->prompt_logits_sent) {
-      // Every prompt position in this chunk, except the one a token is sampled from below.
-      const int32_t last = std::min(seq->n_computed + seq->chunk, seq->n_prompt);
-      for (int32_t pos = seq->n_computed; pos < last; ++pos) {
-        if (completes && pos == seq->n_computed + seq->chunk - 1) continue;
+    if (seq->req.return_prompt_logits || seq->req.score_prompt) {
+      // Prompt positions p < n_prompt - 1 of this chunk not reported yet (p's row is about
+      // prompt token p + 1; the last position's is the first new token's row, below).
+      const int32_t end = std::min(seq->n_computed + seq->chunk, seq->n_prompt - 1);
+      for (int32_t pos = std::max(seq->n_computed, seq->prompt_rows_done); pos < end; ++pos) {
+        RowSampling score = rs;
+        score.target = seq->tokens[pos + 1];
+        score.top_n = seq->req.score_prompt ? std::max(seq->req.logprob_alternatives, 0) : -1;
         in.logit_rows.push_back(row0 + pos - seq->n_computed);
-        step.sampling.push_back(rs);
+        step.sampling.push_back(std::move(score));
         plan->rows.push_back({seq, false});
+        if (seq->req.return_prompt_logits) step.want_logits = true;
       }
-      step.want_logits = true;
     }
     if (completes) {
+      if (rs.params.repetition_penalty != 1.0f) rs.history = seq->tokens;
+      rs.top_n = seq->req.logprob_alternatives;
       in.logit_rows.push_back(in.n_tokens() - 1);
-      step.sampling.push_back(rs);
+      step.sampling.push_back(std::move(rs));
       plan->rows.push_back({seq, true});
-      if (seq->req.return_full_logits || seq->req.return_prompt_logits) step.want_logits = true;
+      if (seq->req.return_full_logits || (seq->req.return_prompt_logits && seq->generated() == 0))
+        step.want_logits = true;
     }
   }
   plan->want_logits = step.want_logits;
@@ -355,24 +363,29 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
   const int64_t V = config_.vocab_size;
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     Sequence* seq = plan.rows[r].seq;
+    if (seq->finished) continue;  // an earlier row of this plan failed it
+    if (!out.samples[r].ok()) {
+      fail_row(seq, out.samples[r].error());
+      continue;
+    }
     std::vector<float> row;
     if (plan.want_logits && !out.logits.empty())
       row.assign(out.logits.begin() + r * V, out.logits.begin() + (r + 1) * V);
+    const RowLogprobs* logprobs = out.logprobs.empty() ? nullptr : &out.logprobs[r];
     if (!plan.rows[r].sample) {
+      seq->prompt_rows_done++;
       GenerationEvent ev;
-      ev.prompt_logits = std::move(row);
+      if (seq->req.return_prompt_logits) ev.prompt_logits = std::move(row);
+      if (seq->req.score_prompt && logprobs) ev.prompt_logprobs.push_back(*logprobs);
       emit(seq, std::move(ev));
       continue;
     }
-    if (seq->req.return_prompt_logits && !seq->prompt_logits_sent) {
-      seq->prompt_logits_sent = true;
-      if (seq->generated() == 0) {  // the last prompt position's logits are this row's
-        GenerationEvent ev;
-        ev.prompt_logits = row;
-        emit(seq, std::move(ev));
-      }
+    if (seq->req.return_prompt_logits && seq->generated() == 0) {
+      GenerationEvent ev;  // the last prompt position's logits are this row's
+      ev.prompt_logits = row;
+      emit(seq, std::move(ev));
     }
-    on_token(seq, out.samples[r], seq->req.return_full_logits ? &row : nullptr);
+    on_token(seq, out.samples[r], seq->req.return_full_logits ? &row : nullptr, logprobs);
   }
   // Drop finished sequences.
   for (auto it = running_.begin(); it != running_.end();) {
@@ -383,7 +396,15 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
   }
 }
 
-void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits) {
+void Scheduler::fail_row(Sequence* seq, RowError why) {
+  finish(seq, FinishReason::kError,
+         absl::InternalError(absl::StrCat(
+             "the model's output for this request could not be sampled (", row_error_name(why),
+             ", at position ", seq->n_computed, "); this request is ended, the server goes on")));
+}
+
+void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits,
+                         const RowLogprobs* logprobs) {
   const Clock::time_point now = Clock::now();
   if (seq->generated() == 0) seq->t_first_token = now;
   if (options_.metrics) {
@@ -400,6 +421,7 @@ void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<
   GenerationEvent ev;
   ev.token_ids.push_back(sample.token);
   if (seq->req.return_logprobs) ev.logprobs.push_back(sample.logprob);
+  if (seq->req.logprob_alternatives >= 0 && logprobs) ev.token_logprobs.push_back(*logprobs);
   if (logits) ev.full_logits = std::move(*logits);
   const bool eos = !seq->req.ignore_eos && config_.eos_token_id >= 0 &&
                    sample.token == config_.eos_token_id;

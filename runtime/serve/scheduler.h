@@ -101,7 +101,11 @@ class Scheduler final : public RequestSink {
   void preempt(Sequence* seq);
   void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
-  void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row);
+  void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row,
+                const RowLogprobs* logprobs);
+  // Ends a request whose logits row could not be used (the model gave NaN, +inf or no finite
+  // logit): Internal for it, nothing for the rest of the batch.
+  void fail_row(Sequence* seq, RowError why);
   void run_adapter_ops();  // step thread: loads, force-unloads, and unloads whose requests are done
   absl::StatusOr<AdapterStatus> do_load(const std::string& name, const std::string& dir);
   void fail_adapter_ops(const absl::Status& why);

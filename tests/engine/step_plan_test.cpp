@@ -122,10 +122,32 @@ namespace {
 // Regression of fuzz/step_plan_fuzz.cpp (input fuzz/corpus/step_plan_fuzz/regression-empty-vectors):
 // a plan whose vectors are all empty decoded through memcpy(nullptr, ..., 0), undefined behaviour
 // that UBSan reports; the ASan + UBSan run of the unit tests (scripts/test_asan) covers it.
+TEST(StepPlan, ScoringRowsAndTopNRoundTripAndAreBounded) {
+  StepPlan p;
+  p.input.logit_rows = {0, 1};
+  RowSampling score;
+  score.target = 7;
+  score.top_n = 5;
+  RowSampling sample;
+  sample.top_n = kMaxTopLogprobs;
+  p.sampling = {score, sample};
+  absl::StatusOr<StepPlan> back = decode_plan(encode_plan(p));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->sampling[0].target, 7);
+  EXPECT_EQ(back->sampling[0].top_n, 5);
+  EXPECT_EQ(back->sampling[1].target, -1);
+  EXPECT_EQ(back->sampling[1].top_n, kMaxTopLogprobs);
+  for (auto [target, top_n] : {std::pair{-2, -1}, std::pair{-1, -2}, std::pair{-1, 21}}) {
+    p.sampling[0].target = target;
+    p.sampling[0].top_n = top_n;
+    EXPECT_FALSE(decode_plan(encode_plan(p)).ok()) << target << " " << top_n;
+  }
+}
+
 TEST(StepPlan, AllEmptyVectorsDecodeWithoutTouchingNull) {
   std::string bytes;
   auto put = [&](int32_t v) { bytes.append(reinterpret_cast<const char*>(&v), 4); };
-  put(0x4c544d33);
+  put(0x4c544d34);  // LTM4
   put(3);  // KeepAlive
   put(0);
   for (int i = 0; i < 6; ++i) put(0);  // token_ids .. block_tables: empty

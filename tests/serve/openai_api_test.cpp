@@ -105,8 +105,10 @@ TEST_F(OpenAiApiTest, EveryFieldIsMapped) {
   EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.2f);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "ab"}));
   EXPECT_TRUE(r.ignore_eos);
-  EXPECT_TRUE(r.return_full_logits);    // logprobs: alternatives come from each token's row
-  EXPECT_TRUE(r.return_prompt_logits);  // echo + logprobs: the prompt's too
+  EXPECT_EQ(r.logprob_alternatives, 3);  // logprobs: reduced from each token's row
+  EXPECT_TRUE(r.score_prompt);            // echo + logprobs: the prompt's too
+  EXPECT_FALSE(r.return_full_logits);     // no vocabulary-sized rows travel
+  EXPECT_FALSE(r.return_prompt_logits);
   EXPECT_TRUE(out_.params.stream);
   EXPECT_TRUE(out_.params.include_usage);
   EXPECT_TRUE(out_.params.echo);
@@ -206,19 +208,19 @@ TEST_F(OpenAiApiTest, ErrorObjects) {
   EXPECT_EQ(api_error(absl::InternalError("boom")).http_status, 500);
 }
 
-TEST_F(OpenAiApiTest, ReduceLogitsIsLogSoftmaxWithTopN) {
-  const std::vector<float> row = {1.0f, 3.0f, 2.0f, 3.0f};
-  const TokenLogprob t = reduce_logits(row, 2, 3);
-  double z = 0;
-  for (float v : row) z += std::exp(v);
-  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-5);
-  ASSERT_EQ(t.top.size(), 3u);
-  EXPECT_EQ(t.top[0].first, 1);  // ties by id
-  EXPECT_EQ(t.top[1].first, 3);
-  EXPECT_EQ(t.top[2].first, 2);
-  EXPECT_NEAR(t.top[0].second, 3.0 - std::log(z), 1e-5);
-  EXPECT_TRUE(reduce_logits(row, 0, 0).top.empty());
-  EXPECT_EQ(reduce_logits(row, 0, 10).top.size(), 4u);
+TEST_F(OpenAiApiTest, TokenLogprobCarriesTheReducedRow) {
+  RowLogprobs lp;
+  lp.token = 2;
+  lp.logprob = -1.5f;
+  lp.n_top = 2;
+  lp.top[0] = {1, -0.5f};
+  lp.top[1] = {3, -0.75f};
+  const TokenLogprob t = token_logprob(lp);
+  EXPECT_EQ(t.token, 2);
+  EXPECT_TRUE(t.has_logprob);
+  EXPECT_FLOAT_EQ(t.logprob, -1.5f);
+  ASSERT_EQ(t.top.size(), 2u);
+  EXPECT_EQ(t.top[1], (std::pair<int32_t, float>{3, -0.75f}));
 }
 
 TEST_F(OpenAiApiTest, ResponseBodies) {
