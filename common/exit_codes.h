@@ -11,6 +11,8 @@
 //   4     the launcher (mpirun/srun) vanished while a rank waited  yes
 //   5     an MPI call failed: a peer rank or its link was lost     yes
 //   6     --model names no folder or config file                   no
+//   7     an internal invariant failed (a bug: LTM_ASSERT); the     no
+//         message names host, rank and the check
 //
 // A rank killed by a signal ends its launcher with 128 + the signal (srun, mpirun): SIGKILL (137)
 // is how a lost node, the OOM killer or an operator's kill shows, and SIGPIPE (141) how a rank
@@ -28,6 +30,7 @@ inline constexpr int kExitCollectiveTimeout = 3;
 inline constexpr int kExitLauncherGone = 4;
 inline constexpr int kExitMpiFailure = 5;
 inline constexpr int kExitModelNotFound = 6;
+inline constexpr int kExitInternalError = 7;
 
 // The exit code for a failed start-up (flags, model, layout, loading).
 inline int exit_code_for_setup(const absl::Status& status) {

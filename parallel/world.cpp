@@ -28,6 +28,12 @@ const char* thread_level_name(int level) {
   return "an unknown thread level";
 }
 
+// A failed LTM_ASSERT in a rank of the group: the group abort, so every rank goes down with this
+// one message (host, rank, check) and the in-flight requests are answered UNAVAILABLE.
+[[noreturn]] void assert_through_group_abort(const std::string& message) {
+  abort_group(kExitInternalError, absl::StrCat(rank_prefix(), message));
+}
+
 }  // namespace
 
 MpiWorld::MpiWorld(int* argc, char*** argv, WatchdogOptions options) : options_(options) {
@@ -52,6 +58,7 @@ MpiWorld::MpiWorld(int* argc, char*** argv, WatchdogOptions options) : options_(
   LTM_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size", "world");
   LTM_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "Comm_rank", "world");
   this_world_rank();  // caches the rank for messages
+  ::ltm::detail::assert_handler().store(&assert_through_group_abort);
   MPI_Comm world;
   LTM_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &world), "Comm_dup", "world");
   world_ = std::make_unique<MpiCommunicator>(world, "world", options_);

@@ -294,6 +294,18 @@ TEST_F(WatchdogRun, MpiErrorBringsTheGroupDownWithItsMessage) {
                     "message truncated \\(.*parallel/[a-z_]+\\.cpp:[0-9]+\\)"));
 }
 
+TEST_F(WatchdogRun, FailedAssertTakesTheGroupDownThroughTheGroupAbort) {
+  // Rank 2 fails an LTM_ASSERT while the others wait in a collective: one message naming host,
+  // rank and the check, and the documented exit code (7), not SIGABRT's 134.
+  const RunResult run = run_victim({"assert", "2", "all_reduce", "30"}, 60);
+  std::printf("failed assert: exit %d after %.2f s\n", run.exit_code, run.seconds);
+  EXPECT_EQ(run.exit_code, kExitInternalError) << run.output;
+  EXPECT_LT(run.seconds, kLimit) << run.output;  // well before the 30 s collective timeout
+  EXPECT_THAT(run.output, ContainsRegex("ltm: " + host_ +
+                                        ":2: internal error at .*watchdog_victim.cpp:[0-9]+: check "
+                                        "`victim < 0` failed: the victim's invariant, 42"));
+}
+
 TEST_F(WatchdogRun, IdleWaitLongerThanTheTimeoutIsFine) {
   // Rank 0 stays idle 2 x 1 s before posting its plan; the others wait in recv_wait.
   const RunResult run = run_victim({"idle", "-1", "all_reduce", "1"}, 60);

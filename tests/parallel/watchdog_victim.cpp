@@ -10,6 +10,8 @@
 //                  wait in recv_wait for its posted plan: must complete, exit 0
 //         truncate stage 1 receives into a buffer smaller than stage 0 sends (an MPI error, not a
 //                  timeout): must end with the "MPI ... failed" message, exit 2
+//         assert   the victim fails an LTM_ASSERT, the others wait in <op>: the group must go
+//                  down through the group abort (exit 7, host and rank named), not SIGABRT
 //         orphan   every other rank waits in recv_wait forever (rank 0 sleeps); the test kills
 //                  mpirun and checks the ranks go away (each writes <pid dir>/rank<r>.pid, and
 //                  its stderr goes to <pid dir>/rank<r>.err, since mpirun no longer forwards it)
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "parallel/world.h"
 
 namespace {
@@ -64,7 +67,7 @@ int main(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(
         stderr,
-        "usage: %s <hang|kill|ok|idle|truncate|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
+        "usage: %s <hang|kill|ok|idle|truncate|assert|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
         argv[0]);
     return 64;
   }
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   if (world.rank() == victim) {
     if (mode == "hang") sleep_forever();
     if (mode == "kill") raise(SIGKILL);
+    if (mode == "assert") LTM_ASSERT(victim < 0, "the victim's invariant, ", 42);
   }
   run_op(op, world, *layout);
   run_op("all_reduce", world, *layout);  // ranks outside the victim's group get stuck here
