@@ -132,4 +132,22 @@ completions = [
 for i, c in enumerate(completions):
     out("completion_json_fuzz", f"body{i}", json.dumps(c, ensure_ascii=(i % 2 == 0)))
 out("completion_json_fuzz", "nested", "[" * 40 + "]" * 40)
+
+
+def sampler_input(t, top_p, penalty, top_k, seed, flags, cut, row):
+    return struct.pack("<fffiQBH", t, top_p, penalty, top_k, seed, flags, cut) + struct.pack(
+        f"<{len(row)}f", *row)
+
+
+nan, inf = float("nan"), float("inf")
+out("sampler_fuzz", "greedy", sampler_input(0.0, 1.0, 1.0, 0, 1, 0, 2, [1.0, 3.0, -2.0, 0.5]))
+out("sampler_fuzz", "penalty-tiny", sampler_input(0.0, 1.0, 1e-40, 0, 2, 7, 1, [3.0, -2.0, 1.0]))
+out("sampler_fuzz", "top-k-p", sampler_input(0.8, 0.9, 1.3, 3, 3, 9, 5,
+                                            [float(i % 7) - 3.0 for i in range(64)]))
+out("sampler_fuzz", "nan-row", sampler_input(1.0, 0.5, 1.0, 0, 4, 1, 1, [1.0, nan, 2.0]))
+out("sampler_fuzz", "inf-row", sampler_input(1.0, 1.0, 1.0, 2, 5, 1, 2, [1.0, inf, -inf]))
+out("sampler_fuzz", "all-neg-inf", sampler_input(0.7, 1.0, 1.0, 0, 6, 0, 1, [-inf] * 5))
+out("sampler_fuzz", "extremes", sampler_input(1e-38, 1e-45, 3e38, 1 << 30, 7, 41, 3,
+                                             [1e-45, -1e-45, 3e38, -3e38, 0.0, -0.0, 1.0]))
+
 print("corpus written to", os.path.join(HERE, "corpus"))
