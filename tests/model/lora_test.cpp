@@ -16,6 +16,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "parallel/communicator.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/model.h"
+#include "runtime/model/weight_source.h"
 
 namespace ltm {
 namespace {
@@ -47,10 +51,14 @@ class LoraTest : public ::testing::Test {
     std::string name;
     std::vector<int64_t> shape;
   };
-  // Writes an adapter: config `cfg` and tensors whose element i is value(i) (f32); element
-  // `poison_at` of tensor `poison` is `poison_value` instead.
-  void write(const json& cfg, const std::vector<T>& tensors, const std::string& poison = "",
-             int64_t poison_at = 0, float poison_value = 0) {
+  struct Poison {
+    std::string tensor;
+    int64_t at;
+    float value;
+  };
+  // Writes an adapter: config `cfg` and tensors whose element i is value(i) (f32), but for the
+  // elements `poison` names.
+  void write(const json& cfg, const std::vector<T>& tensors, const std::vector<Poison>& poison = {}) {
     std::ofstream(dir_ + "/adapter_config.json") << cfg.dump();
     std::vector<std::string> data;
     std::vector<SafetensorsWriteTensor> w;
@@ -59,7 +67,8 @@ class LoraTest : public ::testing::Test {
       for (int64_t s : t.shape) n *= s;
       std::vector<float> v(n);
       for (int64_t i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
-      if (t.name == poison) v[poison_at] = poison_value;
+      for (const Poison& p : poison)
+        if (t.name == p.tensor) v[p.at] = p.value;
       data.emplace_back(reinterpret_cast<const char*>(v.data()), n * sizeof(float));
     }
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -242,16 +251,16 @@ TEST_F(LoraTest, MergeAddsScaledATransposeBTranspose) {
 TEST_F(LoraTest, NonFiniteValuesAreRefusedNamingTheElement) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  write(config(), all_modules(), name(1, "mlp.c_fc", 'A'), 9, nan);
+  write(config(), all_modules(), {{name(1, "mlp.c_fc", 'A'), 9, nan}});
   expect_error(absl::StatusCode::kInvalidArgument,
                "adapter_model.safetensors: tensor \"" + name(1, "mlp.c_fc", 'A') +
                    "\": element 9 [1, 1] is nan: LoRA values must be finite");
-  write(config(), all_modules(), name(0, "attn.c_attn", 'B'), 23 * 2 + 1, -inf);
+  write(config(), all_modules(), {{name(0, "attn.c_attn", 'B'), 23 * 2 + 1, -inf}});
   expect_error(absl::StatusCode::kInvalidArgument,
                name(0, "attn.c_attn", 'B') + "\": element 47 [23, 1] is -inf");
-  write(config(), all_modules(), name(0, "attn.c_proj", 'B'), 3, 3e38f);  // scale 2
+  write(config(), all_modules(), {{name(0, "attn.c_proj", 'B'), 3, 3e38f}});  // scale 2
   expect_error(absl::StatusCode::kInvalidArgument, "which times the scale 2 overflows float");
-  write(config(), all_modules(), name(0, "attn.c_proj", 'B'), 3, 1e38f);  // 2e38 still fits
+  write(config(), all_modules(), {{name(0, "attn.c_proj", 'B'), 3, 1e38f}});  // 2e38 still fits
   EXPECT_TRUE(open().ok());
 }
 
@@ -379,9 +388,33 @@ TEST_F(LoraFilesTest, FilesLargerThanAnyAdapterAreNotRead) {
                "in F32, plus 16 MiB for the header)");
 }
 
+// --lora-merge of such an update fails the model's load, naming the adapter and the tensor.
+TEST_F(LoraTest, MergedLoadThatOverflowsFails) {
+  write(config(), all_modules(), {{name(1, "mlp.c_fc", 'A'), 2, 1e30f},
+                                  {name(1, "mlp.c_fc", 'B'), 5 * 2, 1e38f}});
+  absl::StatusOr<LoraAdapter> a = open();
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  parallel::SoloCommunicator tp{"tp"};
+  std::unique_ptr<WeightSource> source = make_random_source(tiny(), 1, 0.02f);
+  ModelOptions options;
+  options.merge = &*a;
+  auto m = Model::load(*source, *backend, ShardSpec{}, tp, options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("--lora-merge of " + dir_ + " into h.1.mlp.c_fc.weight: merging the LoRA "
+                        "update makes element [2, 5] of the weight non-finite"));
+  write(config(), all_modules());
+  a = open();
+  ASSERT_TRUE(a.ok()) << a.status();
+  options.merge = &*a;
+  EXPECT_TRUE(Model::load(*source, *backend, ShardSpec{}, tp, options).ok());
+}
+
 // Merging an update that takes a weight out of float's range fails (the load), naming the element.
 TEST_F(LoraTest, MergeThatOverflowsIsAnError) {
-  write(config(), all_modules(), name(0, "mlp.c_fc", 'B'), 5 * 2, 1e38f);  // B[5, 0], times 2
+  write(config(), all_modules(), {{name(0, "mlp.c_fc", 'B'), 5 * 2, 1e38f}});  // B[5, 0], times 2
   absl::StatusOr<LoraAdapter> a = open();
   ASSERT_TRUE(a.ok()) << a.status();
   const LoraSlice s = read_lora_slice(*a, lora_shard_ranges(tiny(), {0, 2}, {0, 32}), 0,
