@@ -49,6 +49,36 @@ out("safetensors_index_fuzz", "index", json.dumps(
 out("safetensors_index_fuzz", "prefixed", json.dumps(
     {"weight_map": {"transformer." + n: shard for n in names}}))
 
+# lora_adapter_fuzz: adapter_config.json, a NUL, adapter_model.safetensors, for the fuzz target's
+# base model (n_embd 8, 2 layers, n_inner 16).
+LORA_SHAPES = {"attn.c_attn": (8, 24), "attn.c_proj": (8, 8), "mlp.c_fc": (8, 16),
+               "mlp.c_proj": (16, 8)}
+
+
+def lora(config, r, dtype, layout, prefix="base_model.model.transformer.", tail=".weight"):
+    pack = {"F32": lambda n: f32(n), "F16": lambda n: b"\x00\x34" * n,  # 0.25
+            "BF16": lambda n: b"\x80\x3e" * n}[dtype]  # 0.25
+    tensors = []
+    for layer, modules in layout:
+        for m in modules:
+            n_in, n_out = LORA_SHAPES[m]
+            name = f"{prefix}h.{layer}.{m}"
+            tensors.append((name + ".lora_A" + tail, dtype, [r, n_in], pack(r * n_in)))
+            tensors.append((name + ".lora_B" + tail, dtype, [n_out, r], pack(n_out * r)))
+    return json.dumps(config).encode() + b"\0" + safetensors(tensors, {"format": "pt"})
+
+
+out("lora_adapter_fuzz", "all-f32", lora(
+    {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["c_attn", "c_proj", "c_fc"],
+     "fan_in_fan_out": True, "bias": "none", "modules_to_save": None},
+    2, "F32", [(0, list(LORA_SHAPES)), (1, list(LORA_SHAPES))]))
+out("lora_adapter_fuzz", "qkv-f16-rslora", lora(
+    {"r": 1, "lora_alpha": 2.5, "use_rslora": True, "target_modules": ["attn.c_attn"]},
+    1, "F16", [(0, ["attn.c_attn"])]))
+out("lora_adapter_fuzz", "fc-bf16-default", lora(
+    {"peft_type": "LORA", "r": 4, "target_modules": "c_fc", "use_dora": False},
+    4, "BF16", [(1, ["mlp.c_fc"])], prefix="base_model.model.", tail=".default.weight"))
+
 for name in sorted(os.listdir(os.path.join(ROOT, "configs"))):
     with open(os.path.join(ROOT, "configs", name), "rb") as f:
         out("model_config_fuzz", name, f.read())

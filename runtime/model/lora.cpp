@@ -1,10 +1,17 @@
 #include "runtime/model/lora.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <climits>
 #include <cmath>
-#include <fstream>
+#include <cstring>
+#include <filesystem>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -17,6 +24,7 @@ namespace ltm {
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 constexpr const char* kModuleNames[kLoraModules] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
                                                     "mlp.c_proj"};
@@ -28,9 +36,101 @@ bool is_dir(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
-bool is_file(const std::string& p) {
+bool exists(const std::string& p) {  // follows links: a dangling one is missing
   struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// Whether `p` lies strictly inside `root`, component by component (both canonical).
+bool inside(const fs::path& root, const fs::path& p) {
+  auto r = root.begin(), q = p.begin();
+  for (; r != root.end(); ++r, ++q) {
+    if (r->empty()) continue;  // a trailing separator
+    if (q == p.end() || *q != *r) return false;
+  }
+  return q != p.end();
+}
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  return "a special file";
+}
+
+// Reads the whole file `path` of an adapter folder into memory, refusing whatever could read
+// outside `root` (the folder that holds the adapter folder: --lora-dir for an adapter loaded by
+// name) or stall the load. With links resolved the file must lie inside root; it is then opened
+// one path component at a time from root with O_NOFOLLOW, so that a link put in place after the
+// check is refused rather than followed, the last component with O_NONBLOCK (a FIFO cannot make
+// the load wait for a writer), and it must be a regular file of at most max_bytes. Held in
+// memory, not mapped: a file truncated on disk afterwards cannot raise SIGBUS in a serving rank.
+absl::StatusOr<std::vector<uint8_t>> read_inside(const fs::path& root, const std::string& path,
+                                                 uint64_t max_bytes, const std::string& limit) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(path, ": ", ec.message()));
+  if (!inside(root, real))
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": resolves to ", real.string(), ", outside ", root.string(),
+        " (an adapter's files must stay inside the folder that holds the adapter folder: "
+        "--lora-dir for an adapter loaded by name)"));
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const fs::path rel = real.lexically_relative(root);
+  for (auto it = rel.begin(); fd >= 0 && it != rel.end(); ++it) {
+    const bool last = std::next(it) == rel.end();
+    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
+    const int next = ::openat(fd, it->c_str(), flags);
+    const int err = errno;
+    ::close(fd);
+    fd = next;
+    errno = err;
+  }
+  if (fd < 0) {
+    const int err = errno;
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": cannot open ", real.string(), ": ", std::strerror(err),
+        err == ELOOP || err == ENOTDIR ? " (a link appeared on its path while it was opened)" : ""));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot stat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is ", file_kind(st.st_mode), ": an adapter's files must be regular files"));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes, over the limit of ", max_bytes, " (", limit, ")"));
+  }
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": out of memory reading ", size, " bytes"));
+  }
+  uint64_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, bytes.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat(path, ": read ", got, " of ", size, " bytes: ",
+                                              err ? std::strerror(err) : "the file was truncated"));
+    }
+    got += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 absl::Status invalid(const std::string& where, const std::string& what) {
@@ -108,20 +208,28 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
                                             kLoraWeightsFile, ")"));
   const std::string config_path = absl::StrCat(dir, "/", kLoraConfigFile);
   const std::string weights_path = absl::StrCat(dir, "/", kLoraWeightsFile);
-  if (!is_file(config_path))
+  if (!exists(config_path))
     return absl::NotFoundError(absl::StrCat(config_path, ": missing (a PEFT adapter folder has ",
                                             kLoraConfigFile, " beside ", kLoraWeightsFile, ")"));
-  if (!is_file(weights_path)) {
-    const bool bin = is_file(absl::StrCat(dir, "/adapter_model.bin"));
+  if (!exists(weights_path)) {
+    const bool bin = exists(absl::StrCat(dir, "/adapter_model.bin"));
     return absl::NotFoundError(absl::StrCat(
         weights_path, ": missing",
         bin ? " (the folder has adapter_model.bin: save it with safe_serialization=True)" : ""));
   }
+  // The adapter's files must stay inside the folder that holds it (read_inside above).
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec).parent_path();
+  if (ec) return absl::NotFoundError(absl::StrCat(dir, ": ", ec.message()));
+  LTM_ASSIGN_OR_RETURN(const std::vector<uint8_t> config_bytes,
+                       read_inside(root, config_path, kMaxLoraConfigBytes,
+                                   "a PEFT adapter_config.json is a few hundred bytes"));
+  const std::string config_text(config_bytes.begin(), config_bytes.end());
 
   // --- adapter_config.json -----------------------------------------------------------------------
   json cfg;
   {
-    std::ifstream in(config_path, std::ios::binary);
+    std::istringstream in(config_text);
     std::ostringstream text;
     text << in.rdbuf();
     try {
@@ -138,14 +246,16 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
     return invalid(config_path, "\"r\" (the rank) is missing or not an integer");
   const int64_t r = cfg["r"].get<int64_t>();
   if (r < 1) return invalid(config_path, absl::StrCat("r = ", r, " must be >= 1"));
-  if (r > max_rank)
-    return invalid(config_path, absl::StrCat("rank r = ", r, " is over the maximum of ", max_rank,
-                                             " (--lora-max-rank)"));
+  if (r > max_rank || r > kMaxLoraRank)
+    return invalid(config_path, absl::StrCat("rank r = ", r, " is over the maximum of ",
+                                             std::min(max_rank, kMaxLoraRank), " (--lora-max-rank)"));
   double alpha = static_cast<double>(r);  // PEFT's default lora_alpha is 8 = its default r; keep s = 1
   if (cfg.contains("lora_alpha")) {
     if (!cfg["lora_alpha"].is_number())
       return invalid(config_path, "\"lora_alpha\" must be a number");
     alpha = cfg["lora_alpha"].get<double>();
+    if (!std::isfinite(alpha) || alpha <= 0)
+      return invalid(config_path, absl::StrCat("lora_alpha = ", alpha, " must be a finite number > 0"));
   }
   if (cfg.contains("fan_in_fan_out") && !cfg["fan_in_fan_out"].is_boolean())
     return invalid(config_path, "\"fan_in_fan_out\" must be true or false");
@@ -191,16 +301,37 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
                                   "(GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj)"));
   }
 
+  const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r;
+  if (scale > kMaxLoraScale)
+    return invalid(config_path,
+                   absl::StrCat("lora_alpha / ", rslora ? "sqrt(r)" : "r", " = ", scale,
+                                " (lora_alpha = ", alpha, ", r = ", r, ") is over ltm's limit of ",
+                                kMaxLoraScale, " for the scale of an update"));
+
   LoraAdapter a;
   a.dir_ = dir;
   a.rank_ = static_cast<int>(r);
   a.alpha_ = static_cast<float>(alpha);
-  a.scale_ = static_cast<float>(rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
+  a.scale_ = static_cast<float>(scale);
   a.n_layer_ = config.n_layer;
   a.tensors_.assign(static_cast<size_t>(config.n_layer) * kLoraModules, Pair{});
 
   // --- adapter_model.safetensors -------------------------------------------------------------------
-  LTM_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(weights_path));
+  // No valid adapter of rank r for this base model is larger than every module of every layer in
+  // F32, plus room for the header: a larger file is refused before it is read.
+  uint64_t max_data = 0;
+  for (int m = 0; m < kLoraModules; ++m) {
+    const auto [in, out] = module_shape(config, static_cast<LoraModule>(m));
+    max_data += static_cast<uint64_t>(r) * static_cast<uint64_t>(in + out) * sizeof(float);
+  }
+  max_data *= static_cast<uint64_t>(config.n_layer);
+  LTM_ASSIGN_OR_RETURN(
+      std::vector<uint8_t> weight_bytes,
+      read_inside(root, weights_path, max_data + kLoraHeaderSlackBytes,
+                  absl::StrCat("every module of every layer at rank ", r, " in F32, plus ",
+                               kLoraHeaderSlackBytes >> 20, " MiB for the header")));
+  LTM_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::parse(MappedFile::from_bytes(
+                                                 weights_path, std::move(weight_bytes))));
   a.file_ = std::make_unique<SafetensorsFile>(std::move(file));
   for (const SafetensorsTensor& t : a.file_->tensors()) {
     const std::string where = absl::StrCat(weights_path, ": tensor \"", t.name, "\"");
@@ -253,6 +384,31 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
     }
   }
   if (!any) return invalid(weights_path, "holds no LoRA weights");
+
+  // Every value is finite, and so is every value of B times the scale (what the ranks hold). All
+  // of them, on every rank, not only a rank's own slices: rank 0 then refuses an adapter that any
+  // rank would hold a bad value of before it asks the others to load it.
+  std::vector<float> buf(4096);
+  for (const SafetensorsTensor& t : a.file_->tensors()) {
+    const bool is_b = t.name.find(".lora_B.") != std::string::npos;
+    const uint8_t* data = a.file_->tensor_data(t);
+    const int64_t es = dtype_size(*t.dtype);
+    for (int64_t i0 = 0; i0 < t.numel; i0 += static_cast<int64_t>(buf.size())) {
+      const int64_t n = std::min<int64_t>(t.numel - i0, static_cast<int64_t>(buf.size()));
+      convert_to_f32(*t.dtype, data + i0 * es, n, buf.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = buf[i];
+        if (std::isfinite(v) && (!is_b || std::isfinite(v * a.scale_))) continue;
+        const int64_t e = i0 + i, cols = t.shape[1];
+        return invalid(absl::StrCat(weights_path, ": tensor \"", t.name, "\""),
+                       absl::StrCat("element ", e, " [", e / cols, ", ", e % cols, "] is ", v,
+                                    std::isfinite(v) ? absl::StrCat(", which times the scale ",
+                                                                    a.scale_, " overflows float")
+                                                     : "",
+                                    ": LoRA values must be finite"));
+      }
+    }
+  }
   return a;
 }
 
@@ -334,11 +490,14 @@ LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ran
   return s;
 }
 
-void merge_lora_rows(const LoraSlice& s, float* w, int64_t row_begin, int64_t row_end) {
-  if (s.empty()) return;
+absl::Status merge_lora_rows(const LoraSlice& s, float* w, int64_t row_begin, int64_t row_end) {
+  if (s.empty()) return absl::OkStatus();
   const int64_t r = s.rank, n = s.out;
-  LTM_ASSERT(r <= kMaxLoraRank);
+  LTM_ASSERT(r <= kMaxLoraRank);  // LoraAdapter::open refuses larger ranks
   // W[i, j] += sum_k A[k, i] B[j, k]; accumulated in double, rounded once into the fp32 weight.
+  // A finite weight that the update takes out of float's range is remembered (the first in
+  // row-major order), not folded in silently.
+  std::atomic<int64_t> first_bad{INT64_MAX};
 #pragma omp parallel for schedule(static) if ((row_end - row_begin) * n * r > (1 << 18))
   for (int64_t i = row_begin; i < row_end; ++i) {
     double a_col[kMaxLoraRank];
@@ -348,9 +507,20 @@ void merge_lora_rows(const LoraSlice& s, float* w, int64_t row_begin, int64_t ro
       const float* b = s.b.data() + j * r;
       double acc = 0;
       for (int64_t k = 0; k < r; ++k) acc += a_col[k] * b[k];
-      row[j] = static_cast<float>(row[j] + acc);
+      const float merged = static_cast<float>(row[j] + acc);
+      if (!std::isfinite(merged) && std::isfinite(row[j])) [[unlikely]] {
+        int64_t seen = first_bad.load();
+        while (i * n + j < seen && !first_bad.compare_exchange_weak(seen, i * n + j)) {
+        }
+      }
+      row[j] = merged;
     }
   }
+  if (const int64_t e = first_bad.load(); e != INT64_MAX)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "merging the LoRA update makes element [", e / n, ", ", e % n,
+        "] of the weight non-finite (the update overflows float)"));
+  return absl::OkStatus();
 }
 
 }  // namespace ltm

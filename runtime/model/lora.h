@@ -15,7 +15,15 @@
 // LoraAdapter::open validates everything before any tensor is read: every file is there, the
 // config's fields have the types and values ltm implements, every tensor names a module the base
 // has (layer < n_layer, one of the four), A and B come in pairs with the shapes above and rank r,
-// and r <= max_rank. After a successful open no read can fail.
+// and 1 <= r <= max_rank (and kMaxLoraRank). lora_alpha is finite and > 0, and the scale s is at
+// most kMaxLoraScale (1024). Every value of A and B is finite, and so is every value of s B (all
+// of them, on every rank that opens the adapter, so that rank 0 refuses an adapter any rank would
+// refuse). The files: adapter_config.json and adapter_model.safetensors must be regular files
+// (not FIFOs, devices or directories) and, with links resolved, inside the folder that holds DIR
+// (for an adapter loaded by name that is --lora-dir); they are opened without following links
+// that appear after that check, and read into memory (at most kMaxLoraConfigBytes, and the size
+// of every module of every layer at rank r in F32 plus kLoraHeaderSlackBytes). After a successful
+// open no read can fail.
 //
 // Ownership: a LoraAdapter owns its file mapping; movable. Threading: const methods are safe to
 // call concurrently. Failure: NotFound for a missing folder or file, InvalidArgument for every
@@ -44,6 +52,11 @@ const char* lora_module_name(LoraModule m);  // "attn.c_attn", "attn.c_proj", "m
 inline constexpr int kMaxLoraRank = 256;  // the largest --lora-max-rank
 inline constexpr const char* kLoraConfigFile = "adapter_config.json";
 inline constexpr const char* kLoraWeightsFile = "adapter_model.safetensors";
+// The largest scale lora_alpha / r (lora_alpha / sqrt(r)) accepted. Trained adapters use 0.25 to
+// 64 or so; a scale far above that only turns an update into overflow.
+inline constexpr double kMaxLoraScale = 1024;
+inline constexpr uint64_t kMaxLoraConfigBytes = 1 << 20;         // adapter_config.json
+inline constexpr uint64_t kLoraHeaderSlackBytes = uint64_t{16} << 20;  // see LoraAdapter::open
 
 class LoraAdapter {
  public:
@@ -122,6 +135,8 @@ LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ran
 
 // W_local[rows r0..r1) += A_local^T B_local^T for the local base weight [in_local, out_local]
 // (fp32, row-major, as the checkpoint stores Conv1D weights): folding the update in at load.
-void merge_lora_rows(const LoraSlice& s, float* w_rows, int64_t row_begin, int64_t row_end);
+// InvalidArgument naming the element when the update takes a finite weight out of float's range
+// (the rows are merged all the same; the caller fails the load).
+absl::Status merge_lora_rows(const LoraSlice& s, float* w_rows, int64_t row_begin, int64_t row_end);
 
 }  // namespace ltm

@@ -93,7 +93,11 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
     }
     if (merge != nullptr) {
       LTM_ASSERT(use == TensorUse::kMatrix && merge->in == rows && merge->out == cols);
-      merge_lora_rows(*merge, host.data(), r0, r1);  // fp32, before rounding and packing
+      // fp32, before rounding and packing; an overflow fails the load (load_weights).
+      absl::Status st = merge_lora_rows(*merge, host.data(), r0, r1);
+      if (!st.ok() && merge_status_.ok())
+        merge_status_ = absl::InvalidArgumentError(absl::StrCat(
+            "--lora-merge of ", merge_->dir(), " into ", name, ": ", st.message()));
     }
     switch (use) {
       case TensorUse::kMatrix:
@@ -191,7 +195,7 @@ absl::Status Model::load_weights(const WeightSource& source) {
     w.mlp_proj_b = vec(p + "mlp.c_proj.bias", d);
     layer_.push_back(std::move(w));
   }
-  return absl::OkStatus();
+  return merge_status_;
 }
 
 void Model::ensure_workspace(int64_t n) {

@@ -143,6 +143,7 @@ class Model {
   int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
   const LoraAdapter* merge_ = nullptr;  // during load only
+  absl::Status merge_status_;           // the first merge that overflowed (load_tensor)
   Precision weight_precision_ = Precision::kF32;
   double allreduce_seconds_ = 0;
 

@@ -133,8 +133,11 @@ absl::Status write_npy_f32(const std::string& path, std::span<const float> data,
   const size_t unpadded = kMagicLen + 2 + 2 + header.size() + 1;
   header.append((kAlign - unpadded % kAlign) % kAlign, ' ');
   header.push_back('\n');
-  LTM_ASSERT(header.size() <= 0xFFFF, "npy header too long for format 1.0");
-  LTM_ASSERT((kMagicLen + 4 + header.size()) % kAlign == 0);
+  if (header.size() > 0xFFFF)  // about 3,000 dimensions: a shape no array of ours has
+    return absl::InvalidArgumentError(absl::StrCat("write_npy_f32 ", path, ": shape of ",
+                                                   shape.size(), " dimensions: the header is over "
+                                                   "the 65535 bytes of format 1.0"));
+  LTM_ASSERT((kMagicLen + 4 + header.size()) % kAlign == 0);  // the padding above
 
   std::string bytes(kMagic, kMagicLen);
   bytes.push_back('\x01');

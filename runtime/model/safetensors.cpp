@@ -162,7 +162,8 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 // MappedFile
 
 absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(err)));
@@ -194,10 +195,20 @@ absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
   return file;
 }
 
+MappedFile MappedFile::from_bytes(std::string path, std::vector<uint8_t> bytes) {
+  MappedFile file;
+  file.path_ = std::move(path);
+  file.owned_ = std::move(bytes);
+  file.size_ = file.owned_.size();
+  file.data_ = file.owned_.empty() ? nullptr : file.owned_.data();
+  return file;
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      owned_(std::move(other.owned_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -205,6 +216,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owned_ = std::move(other.owned_);
   }
   return *this;
 }
@@ -212,7 +224,8 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 MappedFile::~MappedFile() { reset(); }
 
 void MappedFile::reset() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr && owned_.empty()) ::munmap(const_cast<uint8_t*>(data_), size_);
+  owned_ = {};
   data_ = nullptr;
   size_ = 0;
 }
@@ -221,8 +234,14 @@ void MappedFile::reset() {
 // SafetensorsFile
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  LTM_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  return parse(std::move(file));
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(MappedFile file) {
   SafetensorsFile result;
-  LTM_ASSIGN_OR_RETURN(result.file_, MappedFile::open(path));
+  result.file_ = std::move(file);
+  const std::string path = result.file_.path();
   const uint64_t file_size = result.file_.size();
   if (file_size < 8) {
     return corrupt(path, absl::StrCat("is ", file_size,

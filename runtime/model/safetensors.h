@@ -17,7 +17,8 @@
 // valid). Threading: all const methods are safe to call concurrently.
 // Failure: open() returns NotFound (cannot open), DataLoss (corrupt or truncated file) or
 // InvalidArgument, with a message naming the file and the tensor. If the file is truncated on
-// disk after open(), touching the lost pages raises SIGBUS (a property of mmap).
+// disk after open(), touching the lost pages raises SIGBUS (a property of mmap); parse() of a
+// MappedFile::from_bytes copy (what the LoRA loader reads) has no such failure.
 #pragma once
 
 #include <cstdint>
@@ -53,11 +54,16 @@ struct SafetensorsTensor {
   uint64_t bytes() const { return data_end - data_begin; }
 };
 
-// A whole file mapped read-only. Movable, not copyable; unmapped on destruction.
+// A whole file mapped read-only, or its bytes copied into memory (from_bytes). Movable, not
+// copyable; unmapped (freed) on destruction.
 class MappedFile {
  public:
-  // NotFound when the file cannot be opened; InvalidArgument when it is not a regular file.
+  // NotFound when the file cannot be opened; InvalidArgument when it is not a regular file. Never
+  // blocks on a FIFO (opened O_NONBLOCK, then refused as not a regular file).
   static absl::StatusOr<MappedFile> open(const std::string& path);
+  // The bytes of a file read by the caller, held in memory: nothing that later happens to the file
+  // on disk can reach them. `path` names it in messages.
+  static MappedFile from_bytes(std::string path, std::vector<uint8_t> bytes);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
@@ -76,11 +82,14 @@ class MappedFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  std::vector<uint8_t> owned_;  // from_bytes: data_ points into it (a move keeps the buffer)
 };
 
 class SafetensorsFile {
  public:
   static absl::StatusOr<SafetensorsFile> open(const std::string& path);
+  // The same checks on a file already in memory (or mapped); messages name file.path().
+  static absl::StatusOr<SafetensorsFile> parse(MappedFile file);
 
   SafetensorsFile() = default;
   SafetensorsFile(SafetensorsFile&&) noexcept = default;

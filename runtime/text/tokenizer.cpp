@@ -536,6 +536,9 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view token_text) const {
 // ---- StreamingDecoder ---------------------------------------------------------------------------
 
 std::string StreamingDecoder::push(int32_t id) {
+  // An id the vocab has no token for (a model whose vocab_size is larger than vocab.json's, or a
+  // gap in vocab.json's ids): what is held back, then the id itself, each one U+FFFD.
+  if (!tokenizer_->valid_id(id)) return flush() + kReplacementChar;
   pending_ += tokenizer_->token_bytes(id);
   std::string out;
   out.reserve(pending_.size());

@@ -9,9 +9,10 @@
 // the tables; move it or hold it by const reference/shared_ptr instead.
 //
 // Failures: load() returns an absl::Status that names the file and what is wrong with it. encode()
-// accepts any bytes (invalid UTF-8 included) and never fails. decode(), token_bytes() and
-// StreamingDecoder::push() require valid_id(id); an invalid id is a caller bug and aborts
-// (LTM_ASSERT), so ids that come from outside (requests) must be checked with valid_id() first.
+// accepts any bytes (invalid UTF-8 included) and never fails. decode() and token_bytes() require
+// valid_id(id); an invalid id is a caller bug and aborts (LTM_ASSERT), so ids that come from
+// outside (requests) must be checked with valid_id() first. StreamingDecoder::push() takes any id
+// (the model's samples range over the checkpoint's vocab_size, which may exceed vocab.json's).
 #pragma once
 
 #include <cstdint>
@@ -100,7 +101,8 @@ class Tokenizer {
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
-  // Requires tokenizer.valid_id(id).
+  // Any id: one that is not tokenizer.valid_id(id) (no token in vocab.json) comes out as U+FFFD,
+  // after what was held back (also U+FFFD, as flush()).
   std::string push(int32_t id);
   // Returns what is held back (as U+FFFD: it can only be an incomplete sequence) and resets.
   std::string flush();

@@ -106,6 +106,15 @@ TEST_F(NpyTest, RejectsShapeThatDoesNotMatchTheData) {
   EXPECT_FALSE(fs::exists(path("bad.npy")));
 }
 
+// A shape whose header does not fit format 1.0's 16-bit length is an error (it aborted before).
+TEST_F(NpyTest, RejectsShapeTooLongForTheHeader) {
+  const std::vector<float> v = ramp(1);
+  absl::Status s = write_npy_f32(path("long.npy"), v, std::vector<int64_t>(30000, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("30000 dimensions"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(path("long.npy")));
+}
+
 TEST_F(NpyTest, ReportsFileErrors) {
   const std::vector<float> v = ramp(2);
   absl::Status s = write_npy_f32(path("no/such/dir/x.npy"), v, {2});

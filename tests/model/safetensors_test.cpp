@@ -3,6 +3,7 @@
 #include "runtime/model/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -254,6 +255,34 @@ TEST_F(SafetensorsTest, MappedFileMovesAndUnmaps) {
   other = std::move(moved);
   EXPECT_EQ(other.data()[9], '9');
   EXPECT_EQ(other.path(), path);
+}
+
+// A FIFO in place of a file is refused at once; before, open() waited for a writer (forever).
+TEST_F(SafetensorsTest, FifoIsRefusedWithoutWaiting) {
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const absl::Status s = open_status(path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not a regular file"));
+}
+
+// A file held in memory parses as the mapped one does; the bytes move with the object.
+TEST_F(SafetensorsTest, ParsesBytesHeldInMemory) {
+  const std::string bytes =
+      file_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f32_bytes({1.5f, -2}));
+  SafetensorsFile file = *SafetensorsFile::parse(
+      MappedFile::from_bytes("mem.safetensors", std::vector<uint8_t>(bytes.begin(), bytes.end())));
+  SafetensorsFile moved = std::move(file);
+  const SafetensorsTensor* t = moved.find("t");
+  ASSERT_NE(t, nullptr);
+  float v[2];
+  std::memcpy(v, moved.tensor_data(*t), sizeof(v));
+  EXPECT_EQ(v[0], 1.5f);
+  EXPECT_EQ(v[1], -2.0f);
+  const absl::Status bad =
+      SafetensorsFile::parse(MappedFile::from_bytes("mem.safetensors", {1, 2, 3})).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("mem.safetensors"));
 }
 
 // Every truncation and a range of byte edits of a valid file must give an error or a file

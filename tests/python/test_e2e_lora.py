@@ -45,6 +45,25 @@ def write_adapters(root, model):
     outside = os.path.join(os.path.dirname(root), "outside")
     make_adapter(outside, config, r=4, seed=8)
     os.symlink(outside, os.path.join(root, "escape"))
+    # Adapter files are input too (issue 19). The bad values lie in the last layer (a stage that
+    # rank 0 does not hold) and, for B of c_attn, in the last head's rows (tp rank 1's slice):
+    # rank 0 refuses them before any other rank is asked to load the adapter.
+    last, d = config["n_layer"] - 1, config["n_embd"]
+    make_adapter(os.path.join(root, "nan_a"), config, r=4, seed=9,
+                 poison=[(f"h.{last}.mlp.c_fc.lora_A", 5, float("nan"))])
+    make_adapter(os.path.join(root, "inf_b"), config, r=4, seed=10,
+                 poison=[(f"h.{last}.attn.c_attn.lora_B", 3 * d * 4 - 1, float("inf"))])
+    make_adapter(os.path.join(root, "huge_alpha"), config, r=4, alpha=1e6, seed=11)
+    make_adapter(os.path.join(root, "linkout"), config, r=4, seed=12)
+    os.rename(os.path.join(root, "linkout", "adapter_model.safetensors"),
+              os.path.join(outside, "linked.safetensors"))
+    os.symlink(os.path.join(outside, "linked.safetensors"),
+               os.path.join(root, "linkout", "adapter_model.safetensors"))
+    for name in ("fifo", "folder"):
+        make_adapter(os.path.join(root, name), config, r=4, seed=13)
+        path = os.path.join(root, name, "adapter_model.safetensors")
+        os.remove(path)
+        os.mkfifo(path) if name == "fifo" else os.mkdir(path)
     return root
 
 
@@ -76,9 +95,11 @@ def req(i, adapter, n_new=24):
 
 def test_load_list_info_and_every_defect_by_name(lora_server):
     client = lora_server.client(timeout=60)
+    d = load_config(lora_server.model)["n_embd"]
     listed = client.list_adapters()
     assert names(listed) == ["a", "b", "c"]
-    assert {"big", "unknown", "badshape", "nofile", "escape"} <= set(names(listed, loaded=False))
+    assert {"big", "unknown", "badshape", "nofile", "escape", "nan_a", "inf_b", "huge_alpha",
+            "linkout", "fifo", "folder"} <= set(names(listed, loaded=False))
     b = next(a for a in listed if a.name == "b")
     assert (b.rank, b.alpha, list(b.target_modules)) == (8, 8.0, ["attn.c_attn", "mlp.c_fc"])
     assert names(client.model_info().adapters) == ["a", "b", "c"]
@@ -88,6 +109,13 @@ def test_load_list_info_and_every_defect_by_name(lora_server):
              ("badshape", grpc.StatusCode.INVALID_ARGUMENT, "has shape [4, 64], expected [5, 64]"),
              ("nofile", grpc.StatusCode.NOT_FOUND, "adapter_model.safetensors: missing"),
              ("escape", grpc.StatusCode.INVALID_ARGUMENT, "outside --lora-dir"),
+             ("nan_a", grpc.StatusCode.INVALID_ARGUMENT, "lora_A.weight\": element 5 [0, 5] is nan"),
+             ("inf_b", grpc.StatusCode.INVALID_ARGUMENT,
+              f"lora_B.weight\": element {3 * d * 4 - 1} [{3 * d - 1}, 3] is inf"),
+             ("huge_alpha", grpc.StatusCode.INVALID_ARGUMENT, "over ltm's limit of 1024"),
+             ("linkout", grpc.StatusCode.INVALID_ARGUMENT, "linked.safetensors, outside"),
+             ("fifo", grpc.StatusCode.INVALID_ARGUMENT, "adapter_model.safetensors is a FIFO"),
+             ("folder", grpc.StatusCode.INVALID_ARGUMENT, "adapter_model.safetensors is a directory"),
              ("../lora/a", grpc.StatusCode.INVALID_ARGUMENT, "never a path"),
              ("..", grpc.StatusCode.INVALID_ARGUMENT, "never a path"),
              ("nothere", grpc.StatusCode.NOT_FOUND, "no folder"),

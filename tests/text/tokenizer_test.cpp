@@ -545,6 +545,24 @@ TEST(SyntheticTest, SpecialTokenLookup) {
   EXPECT_EQ(tok->token_bytes(300), "<|endoftext|>");
 }
 
+// A model samples ids below its checkpoint's vocab_size, which may be larger than vocab.json's
+// (a padded vocab) or fall in a gap of its ids: the streaming decoder gives U+FFFD for such an id
+// (after what it held back) instead of aborting the process, as it did before.
+TEST(SyntheticTest, StreamingDecodesIdsOutsideTheVocabAsReplacement) {
+  std::vector<std::pair<std::string, int32_t>> vocab = small_vocab({});
+  vocab.emplace_back("<|endoftext|>", 300);  // ids 256..299 are a gap
+  absl::StatusOr<Tokenizer> tok = Tokenizer::from_tables(vocab, {});
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  StreamingDecoder dec(*tok);
+  EXPECT_EQ(dec.push('a'), "a");
+  EXPECT_EQ(dec.push(299), "\xEF\xBF\xBD");   // the gap
+  EXPECT_EQ(dec.push(0xE2), "");               // the first byte of a 3-byte character, held back
+  EXPECT_EQ(dec.push(301), "\xEF\xBF\xBD\xEF\xBF\xBD");  // past the vocab: held byte, then the id
+  EXPECT_EQ(dec.push(-1), "\xEF\xBF\xBD");
+  EXPECT_EQ(dec.push('b'), "b");
+  EXPECT_EQ(dec.flush(), "");
+}
+
 TEST(SyntheticTest, MergeErrorsNameTheMerge) {
   absl::StatusOr<Tokenizer> tok =
       Tokenizer::from_tables(small_vocab({}), {{"a", "b"}}, "test-vocab");

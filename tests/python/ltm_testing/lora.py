@@ -47,7 +47,10 @@ def make_adapter(dir: str, config: dict, *, r: int = 4, alpha: float = 8.0,
                  layout: Optional[Dict[int, Sequence[str]]] = None, seed: int = 0,
                  std: float = 0.2, dtype: str = "F32", target_modules: Optional[List[str]] = None,
                  prefix: str = PREFIX, extra_config: Optional[dict] = None,
-                 extra_tensors: Sequence[Tuple[str, Tuple[int, ...]]] = ()) -> Lora:
+                 extra_tensors: Sequence[Tuple[str, Tuple[int, ...]]] = (),
+                 poison: Sequence[Tuple[str, int, float]] = ()) -> Lora:
+    """`poison`: (tensor, flat index, value) to store in place of a drawn value, the tensor named
+    as "h.<i>.<module>.lora_A" / "...lora_B" (a NaN or an Inf, say)."""
     os.makedirs(dir, exist_ok=True)
     if layout is None:
         layers = range(config["n_layer"]) if layers is None else layers
@@ -59,6 +62,10 @@ def make_adapter(dir: str, config: dict, *, r: int = 4, alpha: float = 8.0,
             n_in, n_out = module_shape(config, m)
             a = torch.randn((r, n_in), generator=g) * std
             b = torch.randn((n_out, r), generator=g) * std
+            for target, index, value in poison:
+                for which, t in (("A", a), ("B", b)):
+                    if target == f"h.{l}.{m}.lora_{which}":
+                        t.view(-1)[index] = value
             raw_a, a = _to_bytes(a, dtype)
             raw_b, b = _to_bytes(b, dtype)
             name = f"{prefix}h.{l}.{m}"
