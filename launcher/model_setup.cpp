@@ -130,6 +130,12 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
         "--weight-dtype ", precision_name(precisions.weights), " --kv-dtype ",
         precision_name(precisions.kv), ": ", rs->backend->describe(), " holds only f32"));
   rs->kv_precision = precisions.kv;
+  if (int64_t max_dim = 0; !rs->backend->supports_head_dim(config.n_embd / config.n_head, &max_dim))
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.model, ": n_head ", config.n_head, " makes heads of ", config.n_embd / config.n_head,
+        " dimensions (n_embd ", config.n_embd, " / n_head); the attention kernels of ",
+        rs->backend->describe(), " take at most ", max_dim,
+        max_dim > 128 ? " (a multiple of 4 above 128 on cuda)" : ""));
   // Weights that would not fit in memory are refused before anything is allocated.
   const int64_t expected_bytes = weight_bytes_per_rank(config, shard, precisions.weights);
   if (o.device == "cpu")

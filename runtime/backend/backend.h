@@ -103,6 +103,9 @@ class Backend {
   virtual bool supports(Precision weights, Precision kv) const {
     return weights == Precision::kF32 && kv == Precision::kF32;
   }
+  // Whether its attention kernels take heads of `head_dim` (= n_embd / n_head); the largest
+  // they take otherwise, so a config is refused at load, naming it, not at the first step.
+  virtual bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const = 0;
   // A weight matrix W [k, n] (row-major, as in the checkpoint) of element type `p`, in the
   // layout matmul() reads, filled by row ranges so that loading never holds a whole fp32 copy:
   // alloc_weight() once, then write_weight_rows() for ranges covering [0, k). The CPU backend

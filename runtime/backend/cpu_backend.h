@@ -29,6 +29,10 @@ class CpuBackend final : public Backend {
   }
   // Weights in f32, bf16 or fp16 packed panels; KV caches of any of the three.
   bool supports(Precision, Precision) const override { return true; }
+  bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const override {
+    *max_head_dim = 512;  // paged_attention's per-head registers
+    return head_dim <= *max_head_dim;
+  }
   DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override;
   void write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
                          int64_t k, int64_t n) override;

@@ -122,6 +122,10 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return name_; }
+  bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const override {
+    *max_head_dim = 256;  // the prefill kernel's shared tiles; decode reads float4 above 128
+    return head_dim <= 128 || (head_dim <= *max_head_dim && head_dim % 4 == 0);
+  }
 
   // TF32 for GEMMs (off unless LTM_CUDA_TF32 is set); takes effect at the next gemm.
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }

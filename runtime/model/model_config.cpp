@@ -25,7 +25,6 @@ constexpr int64_t kMaxEmbd = int64_t{1} << 20;
 constexpr int64_t kMaxInner = int64_t{1} << 22;
 constexpr int64_t kMaxLayer = int64_t{1} << 16;
 constexpr int64_t kMaxHead = int64_t{1} << 16;
-constexpr int64_t kMaxHeadDim = 512;  // the CPU attention kernels' per-head registers
 constexpr int64_t kDefaultTokenId = 50256;  // GPT-2's <|endoftext|>
 
 std::string type_name(const json& v) { return v.type_name(); }
@@ -144,12 +143,6 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
     return key_error(source, "n_embd",
                      absl::StrCat("is ", c.n_embd, ", not divisible by n_head = ", c.n_head,
                                   " (each head needs n_embd / n_head dimensions)"));
-  }
-  if (c.n_embd / c.n_head > kMaxHeadDim) {
-    return key_error(source, "n_head",
-                     absl::StrCat("is ", c.n_head, ", which makes heads of ", c.n_embd / c.n_head,
-                                  " dimensions (n_embd ", c.n_embd, " / n_head); ltm's attention "
-                                  "kernels take at most ", kMaxHeadDim));
   }
 
   if (auto it = j.find("n_inner"); it == j.end() || it->is_null()) {

@@ -165,6 +165,14 @@ INSTANTIATE_TEST_SUITE_P(All, CpuBackendPrecision,
                          ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16),
                          [](const auto& info) { return std::string(precision_name(info.param)); });
 
+TEST(CpuBackendLimits, HeadDimUpTo512) {
+  auto backend = make_cpu_backend(1);
+  int64_t max_dim = 0;
+  EXPECT_TRUE(backend->supports_head_dim(512, &max_dim));
+  EXPECT_FALSE(backend->supports_head_dim(513, &max_dim));
+  EXPECT_EQ(max_dim, 512);
+}
+
 TEST(Precision, NamesParse) {
   Precision p;
   EXPECT_TRUE(parse_precision("bf16", &p));

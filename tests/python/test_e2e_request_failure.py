@@ -155,3 +155,21 @@ def test_prompt_logprobs_under_preemption_equal_those_alone(tmp_path):
                 worst = max(worst, abs(a - b))
         print(f"largest prompt/new token logprob difference, together vs alone: {worst:.2e}")
         assert worst < 1e-4
+
+
+def test_heads_wider_than_the_kernels_take_are_refused_at_load(tmp_path):
+    # Before: accepted, and the first step's LTM_ASSERT(head_dim <= 512) took the group down.
+    from ltm_testing.worker import run_worker
+    config = tmp_path / "wide_heads.json"
+    config.write_text(json.dumps({"vocab_size": 64, "n_positions": 16, "n_embd": 1026,
+                                  "n_layer": 1, "n_head": 2}))
+    p = run_worker(["--model", str(config), "--prompt-ids", "1,2", "--max-new-tokens", "1"],
+                   check=False, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "n_head 2 makes heads of 513 dimensions" in p.stderr and "at most 512" in p.stderr, \
+        p.stderr
+    config.write_text(json.dumps({"vocab_size": 64, "n_positions": 16, "n_embd": 1024,
+                                  "n_layer": 1, "n_head": 2}))
+    p = run_worker(["--model", str(config), "--prompt-ids", "1,2", "--max-new-tokens", "1"],
+                   check=False, timeout=120)
+    assert p.returncode == 0, p.stderr
