@@ -42,7 +42,11 @@
 namespace ltm {
 
 inline constexpr int kMaxLogprobs = 20;
-inline constexpr int kMaxJsonDepth = 32;  // deeper bodies are refused before they are parsed
+
+// A request body as parse_completion holds it (common/json_parse.h: std::map objects, so no
+// lookup scans the keys; at most kMaxJsonDepth levels; duplicate keys, numbers past a double,
+// lone surrogates refused naming the field).
+using BodyJson = nlohmann::json;
 
 // OpenAI's error object: {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
