@@ -15,8 +15,8 @@
 //     range of a double (1e400), as nlohmann's lexer reports them.
 // The error is InvalidArgument with the place of the fault first: "temperature: number 1e400 is
 // out of range", "stop[1]: duplicate key", "stream_options.include_usage: ..."; a fault outside
-// any member has no place. Keys in the place are cut to 32 bytes, the message to 512, so an
-// error about a megabyte key is still a short line. The caller adds which text it was reading.
+// any member has no place. Keys in the place are cut to 32 bytes, the place and the reason to
+// 256 each, so an error about a megabyte key or token is still a short line. The caller adds which text it was reading.
 //
 // json_brief describes a value for an error message in bounded space (dump() copies all of it).
 //
@@ -50,7 +50,8 @@ struct JsonFault {
 namespace json_detail {
 
 inline constexpr size_t kMaxKeyInPath = 32;
-inline constexpr size_t kMaxMessage = 512;
+inline constexpr size_t kMaxPath = 256;    // a path 64 levels deep is cut, its reason kept
+inline constexpr size_t kMaxReason = 256;  // nlohmann's messages quote the last token read
 
 // The first `n` bytes of `s`, not cutting a UTF-8 sequence, with "..." when cut.
 inline std::string cut(std::string_view s, size_t n) {
@@ -168,8 +169,9 @@ class BoundedSax {
 
   bool fail(JsonFault where, const std::string& reason) {
     fault_ = std::move(where);
-    message_ = cut(fault_.path.empty() ? reason : absl::StrCat(fault_.path, ": ", reason),
-                   kMaxMessage);
+    message_ = fault_.path.empty()
+                   ? cut(reason, kMaxReason)
+                   : absl::StrCat(cut(fault_.path, kMaxPath), ": ", cut(reason, kMaxReason));
     return false;
   }
 

@@ -116,6 +116,16 @@ TEST(JsonParse, LongKeysAreCutInTheMessage) {
   const std::string k2 = std::string(31, 'a') + "\xc3\xa9" + "zz";
   r = refuse("{\"" + k2 + "\": 1, \"" + k2 + "\": 2}");
   EXPECT_EQ(r.message, std::string(31, 'a') + "...: duplicate key");
+  // A path 65 levels of long keys deep is cut; the reason is kept whole.
+  std::string deep;
+  for (int i = 0; i <= kMaxJsonDepth; ++i) deep += "{\"" + key.substr(0, 100) + "\": ";
+  r = refuse(deep);
+  EXPECT_THAT(r.message, ::testing::EndsWith("...: nests deeper than 64 levels"));
+  EXPECT_LT(r.message.size(), 600u);
+  // And a string token of a megabyte in nlohmann's message.
+  r = refuse("{\"a\": \"" + key + "\\ud800\"}");
+  EXPECT_THAT(r.message, HasSubstr("a: [json.exception.parse_error.101]"));
+  EXPECT_LT(r.message.size(), 600u);
 }
 
 TEST(JsonParse, BriefDescribesContainersBySize) {
