@@ -16,7 +16,8 @@
 // The error is InvalidArgument with the place of the fault first: "temperature: number 1e400 is
 // out of range", "stop[1]: duplicate key", "stream_options.include_usage: ..."; a fault outside
 // any member has no place. Keys in the place are cut to 32 bytes, the place and the reason to
-// 256 each, so an error about a megabyte key or token is still a short line. The caller adds which text it was reading.
+// 256 each, so an error about a megabyte key or token is still a short line. The caller adds
+// which text it was reading.
 //
 // json_brief describes a value for an error message in bounded space (dump() copies all of it).
 //
@@ -205,9 +206,10 @@ template <class Json>
 std::string json_brief(const Json& v) {
   if (v.is_array()) return absl::StrCat("a list of ", v.size(), " elements");
   if (v.is_object()) return absl::StrCat("an object of ", v.size(), " keys");
-  if (v.is_string())
-    return absl::StrCat("\"", json_detail::cut(v.template get_ref<const typename Json::string_t&>(), 64),
-                        "\"");
+  if (v.is_string()) {
+    const auto& s = v.template get_ref<const typename Json::string_t&>();
+    return absl::StrCat("\"", json_detail::cut(s, 64), "\"");
+  }
   return v.dump();
 }
 

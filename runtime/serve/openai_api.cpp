@@ -75,7 +75,8 @@ std::optional<ApiError> get_int(const body_json& j, const char* name, int64_t lo
   return std::nullopt;
 }
 
-std::optional<ApiError> get_number(const body_json& j, const char* name, std::optional<double>* out) {
+std::optional<ApiError> get_number(const body_json& j, const char* name,
+                                   std::optional<double>* out) {
   const body_json* v = field(j, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) return wrong_type(name, "a number", *v);
@@ -233,7 +234,8 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
   v1::GenerateRequest p;
   // Another name than the base model's names a LoRA adapter (as other OpenAI-compatible servers
   // do); the scheduler answers NotFound when no such adapter is loaded (http_server.cpp).
-  if (const body_json* m = field(j, "model"); m != nullptr && m->get<std::string>() != ctx.model_name) {
+  if (const body_json* m = field(j, "model");
+      m != nullptr && m->get<std::string>() != ctx.model_name) {
     params.model = m->get<std::string>();
     p.set_adapter(params.model);
   }

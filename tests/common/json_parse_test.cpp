@@ -34,7 +34,8 @@ Refusal refuse(const std::string& text, int max_depth = kMaxJsonDepth) {
 TEST(JsonParse, GivesWhatNlohmannGives) {
   for (const char* text :
        {R"({"a": [1, -2, 3.5, true, false, null, "x\u00e9\ud83d\ude00"], "b": {"c": {}}, "d": []})",
-        "[]", "0", "\"s\"", "  {\"k\": 18446744073709551615}  ", "[1e308, -1e-400, 12345678901234567890123]"}) {
+        "[]", "0", "\"s\"", "  {\"k\": 18446744073709551615}  ",
+        "[1e308, -1e-400, 12345678901234567890123]"}) {
     absl::StatusOr<json> j = parse_json(text);
     ASSERT_TRUE(j.ok()) << text << ": " << j.status();
     EXPECT_EQ(*j, json::parse(text)) << text;
@@ -136,7 +137,7 @@ TEST(JsonParse, BriefDescribesContainersBySize) {
   EXPECT_EQ(json_brief(json(7)), "7");
 }
 
-// --- the cost of many keys, counted ---------------------------------------------------------------
+// --- the cost of many keys, counted --------------------------------------------------------------
 // An object type whose comparator counts: parse_json into it and count the key comparisons a
 // body of n distinct keys costs. ordered_json (what the HTTP body was parsed into) finds a key by
 // comparing it with every key before it: n (n - 1) / 2 comparisons, 2.8e9 for 75,000 keys.
