@@ -149,6 +149,10 @@ reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
 for i, r in enumerate(reqs):
     out("request_fuzz", f"req{i}", r.SerializeToString())
 out("request_fuzz", "many-stops", b"".join(b"\x4a\x01x" for _ in range(100)))
+# Known fields of the wrong wire type (temperature as a varint, max_new_tokens as fixed32, stop
+# as fixed64): protobuf keeps them as unknown fields, the precheck counts them so.
+out("request_fuzz", "wrong-wire-types", b"\x20\x01" * 40 + b"\x1d\x01\x02\x03\x04" * 20
+    + b"\x49" + bytes(8) + b"\x0a\x02hi")
 completions = [
     {"prompt": "Hello, my name is", "max_tokens": 8},
     {"model": "gpt2", "prompt": [15496, 11, 995], "max_tokens": 4, "temperature": 0.7,
@@ -162,6 +166,15 @@ completions = [
 for i, c in enumerate(completions):
     out("completion_json_fuzz", f"body{i}", json.dumps(c, ensure_ascii=(i % 2 == 0)))
 out("completion_json_fuzz", "nested", "[" * 40 + "]" * 40)
+# What common/json_parse.h refuses, naming the field: a duplicate key, a number past a double,
+# past a float, a lone surrogate, nesting past 64 levels; and many keys, which it reads.
+out("completion_json_fuzz", "duplicate-key", '{"prompt": "hi", "stop": ["a"], "stop": "b"}')
+out("completion_json_fuzz", "number-range",
+    '{"prompt": [1, 2], "temperature": 1e400, "top_p": 1e39, "seed": 123456789012345678901234}')
+out("completion_json_fuzz", "lone-surrogate", '{"prompt": "a\\ud800", "user": "\\udc00b"}')
+out("completion_json_fuzz", "deep-field", '{"prompt": "x", "extra": ' + "[" * 65 + "]" * 65 + "}")
+out("completion_json_fuzz", "many-keys",
+    '{"prompt": "x"' + "".join(f', "k{i}": {i}' for i in range(200)) + "}")
 
 
 def sampler_input(t, top_p, penalty, top_k, seed, flags, cut, row):

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/json_parse.h"
 #include "nlohmann/json.hpp"
 
 namespace ltm {
@@ -79,12 +80,11 @@ absl::StatusOr<std::map<std::string, std::string>> parse_index(const std::string
   bool ok = false;
   const std::string text = read_text(path, &ok);
   if (!ok) return absl::NotFoundError(absl::StrCat(path, ": cannot open the shard index"));
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = parse_json(text);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": invalid JSON: ", parsed.status().message()));
+  json& index = *parsed;
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": expected an object with a \"weight_map\" object (tensor name -> "
@@ -95,7 +95,7 @@ absl::StatusOr<std::map<std::string, std::string>> parse_index(const std::string
     if (!file.is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": weight_map entry for tensor \"", name,
-                       "\" must be a shard file name (string), found ", file.dump()));
+                       "\" must be a shard file name (string), found ", json_brief(file)));
     }
     const std::string shard = file.get<std::string>();
     if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||

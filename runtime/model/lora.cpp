@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "common/json_parse.h"
 #include "runtime/model/dtype.h"
 
 namespace ltm {
@@ -232,11 +233,10 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
     std::istringstream in(config_text);
     std::ostringstream text;
     text << in.rdbuf();
-    try {
-      cfg = json::parse(text.str());
-    } catch (const json::exception& e) {
-      return invalid(config_path, absl::StrCat("invalid JSON: ", e.what()));
-    }
+    absl::StatusOr<json> parsed = parse_json(text.str());
+    if (!parsed.ok())
+      return invalid(config_path, absl::StrCat("invalid JSON: ", parsed.status().message()));
+    cfg = std::move(*parsed);
   }
   if (!cfg.is_object()) return invalid(config_path, "expected a JSON object");
   if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA")

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/json_parse.h"
 #include "nlohmann/json.hpp"
 
 namespace ltm {
@@ -109,12 +110,11 @@ int64_t ModelConfig::parameter_count() const {
 
 absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
                                                const std::string& source) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = parse_json(json_text);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": invalid JSON: ", parsed.status().message()));
+  const json& j = *parsed;
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": expected a JSON object with GPT-2 keys, found ", type_name(j)));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "common/json_parse.h"
 #include "nlohmann/json.hpp"
 
 namespace ltm {
@@ -262,12 +263,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(MappedFile file) {
   result.data_offset_ = 8 + header_len;
   const uint64_t data_size = file_size - result.data_offset_;
 
-  json header;
-  try {
-    header = json::parse(result.file_.data() + 8, result.file_.data() + 8 + header_len);
-  } catch (const json::exception& e) {
-    return corrupt(path, absl::StrCat("invalid JSON header: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = parse_json(std::string_view(
+      reinterpret_cast<const char*>(result.file_.data()) + 8, static_cast<size_t>(header_len)));
+  if (!parsed.ok())
+    return corrupt(path, absl::StrCat("invalid JSON header: ", parsed.status().message()));
+  const json& header = *parsed;
   if (!header.is_object()) {
     return corrupt(path, absl::StrCat("the JSON header must be an object of tensors, found ",
                                       header.type_name()));

@@ -8,12 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/json_parse.h"
 #include "ltm/v1/ltm.pb.h"
 
 namespace ltm {
 namespace {
 
 using json = nlohmann::ordered_json;  // responses keep OpenAI's field order
+// Request bodies: std::map objects (parse_json; key order does not matter there, and
+// ordered_json's linear key search made a body of n keys cost O(n^2)).
+using body_json = BodyJson;
 
 ApiError bad(std::string message, std::string param = "", std::string code = "") {
   ApiError e;
@@ -27,26 +31,7 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// Nesting depth of a JSON text (brackets outside strings), so that a body of a million '['s is
-// refused before the recursive parser sees it.
-int json_depth(std::string_view body) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
-    else if (c == ']' || c == '}') --depth;
-  }
-  return max_depth;
-}
-
-const char* type_of(const json& v) {
+const char* type_of(const body_json& v) {
   if (v.is_number_integer()) return "an integer";
   if (v.is_number()) return "a number";
   if (v.is_string()) return "a string";
@@ -56,19 +41,19 @@ const char* type_of(const json& v) {
   return "null";
 }
 
-ApiError wrong_type(const std::string& field, const char* want, const json& v) {
+ApiError wrong_type(const std::string& field, const char* want, const body_json& v) {
   return bad(absl::StrCat(field, " must be ", want, ", got ", type_of(v)), field);
 }
 
 // The value of `name`, or nullptr when it is absent or null (OpenAI treats null as unset).
-const json* field(const json& j, const char* name) {
+const body_json* field(const body_json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
 // An integer value in int64 range; nullopt for anything else (the caller names the problem).
-std::optional<int64_t> as_int(const json& v) {
+std::optional<int64_t> as_int(const body_json& v) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
@@ -78,9 +63,9 @@ std::optional<int64_t> as_int(const json& v) {
   return std::nullopt;
 }
 
-std::optional<ApiError> get_int(const json& j, const char* name, int64_t lo, int64_t hi,
+std::optional<ApiError> get_int(const body_json& j, const char* name, int64_t lo, int64_t hi,
                                 std::optional<int64_t>* out) {
-  const json* v = field(j, name);
+  const body_json* v = field(j, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number_integer()) return wrong_type(name, "an integer", *v);
   const std::optional<int64_t> i = as_int(*v);
@@ -90,18 +75,23 @@ std::optional<ApiError> get_int(const json& j, const char* name, int64_t lo, int
   return std::nullopt;
 }
 
-std::optional<ApiError> get_number(const json& j, const char* name, std::optional<double>* out) {
-  const json* v = field(j, name);
+std::optional<ApiError> get_number(const body_json& j, const char* name,
+                                   std::optional<double>* out) {
+  const body_json* v = field(j, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) return wrong_type(name, "a number", *v);
   const double d = v->get<double>();
-  if (!std::isfinite(d)) return bad(absl::StrCat(name, " must be finite"), name);
+  // Every number field is a float in the engine: a double past FLT_MAX (1e39) would become inf.
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+    return bad(absl::StrFormat("%s must be a finite 32-bit float (at most %g in magnitude), got %g",
+                               name, std::numeric_limits<float>::max(), d),
+               name);
   *out = d;
   return std::nullopt;
 }
 
-std::optional<ApiError> get_bool(const json& j, const char* name, bool* out) {
-  const json* v = field(j, name);
+std::optional<ApiError> get_bool(const body_json& j, const char* name, bool* out) {
+  const body_json* v = field(j, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_boolean()) return wrong_type(name, "a boolean", *v);
   *out = v->get<bool>();
@@ -109,10 +99,10 @@ std::optional<ApiError> get_bool(const json& j, const char* name, bool* out) {
 }
 
 // prompt: a string, a list of token ids, or a one-element list of either.
-std::optional<ApiError> get_prompt(const json& j, v1::GenerateRequest& p) {
-  const json* v = field(j, "prompt");
+std::optional<ApiError> get_prompt(const body_json& j, v1::GenerateRequest& p) {
+  const body_json* v = field(j, "prompt");
   if (v == nullptr) return bad("prompt is missing: give a string or a list of token ids", "prompt");
-  const json* one = v;
+  const body_json* one = v;
   if (v->is_array() && !v->empty() && ((*v)[0].is_string() || (*v)[0].is_array())) {
     if (v->size() != 1)
       return bad(absl::StrCat("prompt: only one prompt per request is served, got ", v->size(),
@@ -128,7 +118,7 @@ std::optional<ApiError> get_prompt(const json& j, v1::GenerateRequest& p) {
     return wrong_type("prompt", "a string or a list of token ids", *one);
   if (one->empty()) return bad("prompt is empty", "prompt");
   for (size_t i = 0; i < one->size(); ++i) {
-    const json& id = (*one)[i];
+    const body_json& id = (*one)[i];
     if (!id.is_number_integer())
       return bad(absl::StrCat("prompt[", i, "] must be a token id (an integer), got ",
                               type_of(id)),
@@ -142,8 +132,8 @@ std::optional<ApiError> get_prompt(const json& j, v1::GenerateRequest& p) {
   return std::nullopt;
 }
 
-std::optional<ApiError> get_stop(const json& j, v1::GenerateRequest& p) {
-  const json* v = field(j, "stop");
+std::optional<ApiError> get_stop(const body_json& j, v1::GenerateRequest& p) {
+  const body_json* v = field(j, "stop");
   if (v == nullptr) return std::nullopt;
   if (v->is_string()) {
     p.add_stop(v->get<std::string>());
@@ -227,26 +217,25 @@ ApiError api_error(const absl::Status& status) {
 
 std::optional<ApiError> parse_completion(std::string_view body, const CompletionContext& ctx,
                                          ParsedCompletion* out) {
-  if (json_depth(body) > kMaxJsonDepth)
-    return bad(absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    return bad(absl::StrCat("the body is not valid JSON: ", e.what()));
-  }
+  JsonFault fault;
+  absl::StatusOr<body_json> parsed = parse_json<body_json>(body, &fault, kMaxJsonDepth);
+  if (!parsed.ok())
+    return bad(absl::StrCat("the body is not valid JSON: ", parsed.status().message()),
+               fault.field);
+  const body_json& j = *parsed;
   if (!j.is_object()) return bad(absl::StrCat("the body must be a JSON object, got ", type_of(j)));
 
   CompletionParams params;
   params.model = ctx.model_name;
-  if (const json* m = field(j, "model")) {
+  if (const body_json* m = field(j, "model")) {
     if (!m->is_string()) return wrong_type("model", "a string", *m);
   }
 
   v1::GenerateRequest p;
   // Another name than the base model's names a LoRA adapter (as other OpenAI-compatible servers
   // do); the scheduler answers NotFound when no such adapter is loaded (http_server.cpp).
-  if (const json* m = field(j, "model"); m != nullptr && m->get<std::string>() != ctx.model_name) {
+  if (const body_json* m = field(j, "model");
+      m != nullptr && m->get<std::string>() != ctx.model_name) {
     params.model = m->get<std::string>();
     p.set_adapter(params.model);
   }
@@ -270,7 +259,7 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
     return e;
   }
   i.reset();
-  if (const json* s = field(j, "seed")) {
+  if (const body_json* s = field(j, "seed")) {
     if (!s->is_number_integer()) return wrong_type("seed", "an integer", *s);
     p.set_seed(s->is_number_unsigned() ? s->get<uint64_t>()
                                        : static_cast<uint64_t>(s->get<int64_t>()));
@@ -314,7 +303,7 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
   bool ignore_eos = false;
   if (auto e = get_bool(j, "ignore_eos", &ignore_eos)) return e;
   p.set_ignore_eos(ignore_eos);
-  if (const json* so = field(j, "stream_options")) {
+  if (const body_json* so = field(j, "stream_options")) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
     if (!params.stream)
       return bad("stream_options is only allowed with stream: true", "stream_options");
@@ -323,17 +312,17 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
       return e;
     }
   }
-  if (const json* u = field(j, "user")) {
+  if (const body_json* u = field(j, "user")) {
     if (!u->is_string()) return wrong_type("user", "a string", *u);
     params.user = u->get<std::string>().substr(0, 256);
   }
-  if (const json* lb = field(j, "logit_bias")) {
+  if (const body_json* lb = field(j, "logit_bias")) {
     if (!lb->is_object()) return wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty())
       return bad("logit_bias is not supported by this server", "logit_bias",
                  "unsupported_parameter");
   }
-  if (const json* sfx = field(j, "suffix")) {
+  if (const body_json* sfx = field(j, "suffix")) {
     if (!sfx->is_string()) return wrong_type("suffix", "a string", *sfx);
     if (!sfx->get<std::string>().empty())
       return bad("suffix is not supported by this server", "suffix", "unsupported_parameter");

@@ -22,7 +22,9 @@
 //   user             string, recorded in the log only
 //   ignore_eos       boolean (an extension, as vLLM has it)
 //   logit_bias (empty only), suffix (null only); other fields are ignored.
-// Every refusal is an ApiError naming the field in `param` (OpenAI's error object).
+// Every refusal is an ApiError naming the field in `param` (OpenAI's error object), including
+// the body parser's (common/json_parse.h): nesting past kMaxJsonDepth, a duplicate key, a number
+// past a double, a lone surrogate; a number field past FLT_MAX is out of range.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -42,7 +44,11 @@
 namespace ltm {
 
 inline constexpr int kMaxLogprobs = 20;
-inline constexpr int kMaxJsonDepth = 32;  // deeper bodies are refused before they are parsed
+
+// A request body as parse_completion holds it (common/json_parse.h: std::map objects, so no
+// lookup scans the keys; at most kMaxJsonDepth levels; duplicate keys, numbers past a double,
+// lone surrogates refused naming the field).
+using BodyJson = nlohmann::json;
 
 // OpenAI's error object: {"error": {"message", "type", "param", "code"}}.
 struct ApiError {

@@ -45,6 +45,27 @@ bool is_varint_type(FieldDescriptor::Type t) {
   }
 }
 
+// Whether protobuf's parser takes wire type `wire` for field `fd`. It keeps a field sent with
+// any other wire type as an unknown field (one allocation each), so those count as unknown.
+bool wire_type_fits(const FieldDescriptor& fd, int wire) {
+  if (wire == 2 && fd.is_packable()) return true;  // packed, accepted for packed and unpacked
+  switch (fd.type()) {
+    case FieldDescriptor::TYPE_FIXED32: case FieldDescriptor::TYPE_SFIXED32:
+    case FieldDescriptor::TYPE_FLOAT:
+      return wire == 5;
+    case FieldDescriptor::TYPE_FIXED64: case FieldDescriptor::TYPE_SFIXED64:
+    case FieldDescriptor::TYPE_DOUBLE:
+      return wire == 1;
+    case FieldDescriptor::TYPE_STRING: case FieldDescriptor::TYPE_BYTES:
+    case FieldDescriptor::TYPE_MESSAGE:
+      return wire == 2;
+    case FieldDescriptor::TYPE_GROUP:
+      return false;  // wire types 3 and 4 are refused as malformed anyway
+    default:
+      return wire == 0 && is_varint_type(fd.type());
+  }
+}
+
 // Elements in a packed payload of `t`; -1 when the payload is malformed.
 int64_t packed_count(std::string_view payload, FieldDescriptor::Type t) {
   switch (t) {
@@ -110,11 +131,13 @@ absl::Status precheck_message(std::string_view bytes, const google::protobuf::De
     }
 
     const FieldDescriptor* fd = d.FindFieldByNumber(number);
-    if (fd == nullptr) {
+    if (fd == nullptr || !wire_type_fits(*fd, wire)) {
       if (++unknown > limits.max_unknown_fields)
-        return absl::InvalidArgumentError(absl::StrCat("the request has more than ",
-                                                       limits.max_unknown_fields,
-                                                       " unknown fields"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the request has more than ", limits.max_unknown_fields, " unknown fields",
+            fd == nullptr ? ""
+                          : absl::StrCat(" (counting fields of the wrong wire type, such as ",
+                                         fd->name(), " sent as wire type ", wire, ")")));
       continue;
     }
     const FieldLimit* limit = nullptr;

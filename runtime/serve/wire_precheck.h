@@ -10,7 +10,9 @@
 //
 // The message's descriptor gives field names, types and whether a field is repeated, so one
 // scanner serves every request message. Unknown fields are skipped (proto3 keeps them; they are
-// counted against `max_unknown_fields`). Groups (wire types 3 and 4) and malformed varints or
+// counted against `max_unknown_fields`), and so are known fields sent with a wire type their type
+// does not take (a float as a varint, a string as fixed32): protobuf keeps those as unknown
+// fields too, so a request of a million of them is refused at the 65th. Groups (wire types 3 and 4) and malformed varints or
 // lengths are refused as a message that does not parse.
 //
 // Pure function of its arguments; thread-safe; fuzzed by fuzz/request_precheck_fuzz.cpp.

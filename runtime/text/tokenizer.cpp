@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "common/json_parse.h"
 #include "nlohmann/json.hpp"
 #include "runtime/text/unicode_tables.h"
 
@@ -277,17 +278,11 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
   LTM_ASSIGN_OR_RETURN(std::string vocab_text, read_file(vocab_path));
   LTM_ASSIGN_OR_RETURN(std::string merges_text, read_file(merges_path));
 
-  nlohmann::json json = nlohmann::json::parse(vocab_text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    // Parse again with exceptions for the position and reason.
-    std::string reason = "parse error";
-    try {
-      nlohmann::json unused = nlohmann::json::parse(vocab_text);
-    } catch (const nlohmann::json::exception& e) {
-      reason = e.what();
-    }
-    return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": invalid JSON: ", reason));
-  }
+  absl::StatusOr<nlohmann::json> parsed = parse_json(vocab_text);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(vocab_path, ": invalid JSON: ", parsed.status().message()));
+  const nlohmann::json& json = *parsed;
   if (!json.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(vocab_path, ": expected a JSON object mapping token strings to ids, got ",
@@ -298,7 +293,7 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
   for (const auto& [text, value] : json.items()) {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxId) {
       return absl::InvalidArgumentError(
-          absl::StrCat(vocab_path, ": token ", quote_for_message(text), " has id ", value.dump(),
+          absl::StrCat(vocab_path, ": token ", quote_for_message(text), " has id ", json_brief(value),
                        ", expected an integer in [0, ", kMaxId, ")"));
     }
     vocab.emplace_back(text, value.get<int32_t>());

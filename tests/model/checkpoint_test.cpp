@@ -554,6 +554,30 @@ TEST_F(CheckpointTest, IndexProblems) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr(index_path + ": invalid JSON"));
 
+  // A tensor named twice (which shard holds it?), and nesting past the limit.
+  {
+    std::string text = index.dump();
+    const std::string first = index["weight_map"].begin().key();
+    text.insert(text.find("\"weight_map\":{") + 14,
+                "\"" + first + "\":\"" + index["weight_map"].begin()->get<std::string>() + "\",");
+    write_text(index_path, text);
+    EXPECT_THAT(std::string(open_status(dir).message()),
+                HasSubstr(index_path + ": invalid JSON: weight_map." + first + ": duplicate key"));
+    write_text(index_path, "{\"metadata\": " + std::string(1000, '[') + "}");
+    EXPECT_THAT(std::string(open_status(dir).message()), HasSubstr("nests deeper than 64 levels"));
+  }
+
+  // A weight_map entry that is not a file name is described by its size, not dumped whole.
+  {
+    json big = index;
+    big["weight_map"].begin().value() = json::array();
+    for (int i = 0; i < 100000; ++i) big["weight_map"].begin().value().push_back(i);
+    write_text(index_path, big.dump());
+    const std::string msg(open_status(dir).message());
+    EXPECT_THAT(msg, HasSubstr("must be a shard file name (string), found a list of 100000 elements"));
+    EXPECT_LT(msg.size(), 1000u);
+  }
+
   // No weight_map.
   write_text(index_path, "{\"metadata\": {}}");
   EXPECT_THAT(std::string(open_status(dir).message()), HasSubstr("\"weight_map\""));

@@ -192,6 +192,22 @@ TEST_F(LoraTest, ConfigDefectsAreNamed) {
   expect_error(absl::StatusCode::kInvalidArgument, "invalid JSON");
 }
 
+// adapter_config.json through common/json_parse.h: a duplicate key (which r?) and nesting past
+// the depth limit are refused, naming the key; "rank_pattern" 64 levels deep is still described.
+TEST_F(LoraTest, ConfigDuplicatesAndDepthAreRefused) {
+  write(config(), all_modules());
+  std::string text = config().dump();
+  text.back() = ',';
+  text += "\"r\": 64}";
+  std::ofstream(dir_ + "/adapter_config.json", std::ios::trunc) << text;
+  expect_error(absl::StatusCode::kInvalidArgument, "invalid JSON: r: duplicate key");
+  text = config().dump();
+  text.back() = ',';
+  text += "\"rank_pattern\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::ofstream(dir_ + "/adapter_config.json", std::ios::trunc) << text;
+  expect_error(absl::StatusCode::kInvalidArgument, "nests deeper than 64 levels");
+}
+
 // A tp = 2 rank's slices are exactly the columns / rows of the full A and B that the base
 // weight's slices take: per head group for the fused QKV (Q, K and V parts), FFN columns for
 // c_fc, rows of the input for the two c_proj.

@@ -249,6 +249,28 @@ TEST(ModelConfigTest, InvalidJson) {
   EXPECT_THAT(std::string(parse_model_config("[1]", "c").status().message()), HasSubstr("JSON object"));
 }
 
+// common/json_parse.h's limits, on config.json: a duplicate key is ambiguous (which n_layer?),
+// and the depth is bounded.
+TEST(ModelConfigTest, DuplicateKeysAndDeepNestingAreRefused) {
+  std::string text = minimal().dump();
+  text.back() = ',';
+  text += "\"n_layer\": 7}";
+  absl::Status s = parse_model_config(text, "dir/config.json").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("dir/config.json: invalid JSON: n_layer: duplicate key"));
+  text = minimal().dump();
+  text.back() = ',';
+  text += "\"extra\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  s = parse_model_config(text, "c").status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("extra[0]"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("nests deeper than 64 levels"));
+  text = minimal().dump();
+  text.back() = ',';
+  text += "\"layer_norm_epsilon\": 1e999}";
+  EXPECT_THAT(std::string(parse_model_config(text, "c").status().message()),
+              HasSubstr("layer_norm_epsilon: number 1e999 is out of range"));
+}
+
 TEST(ModelConfigTest, LoadFromFile) {
   std::string tmpl = ::testing::TempDir() + "/ltm_config_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);

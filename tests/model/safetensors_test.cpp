@@ -198,6 +198,21 @@ TEST_F(SafetensorsTest, InvalidJsonHeader) {
   EXPECT_EQ(utf.code(), absl::StatusCode::kDataLoss);
 }
 
+// A tensor named twice in the header: which entry is it? And the header's depth is bounded.
+TEST_F(SafetensorsTest, DuplicateTensorsAndDeepHeadersAreRefused) {
+  const std::string entry = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  absl::Status s = open_status(write(
+      "dup.safetensors", file_bytes("{\"w\":" + entry + ",\"w\":" + entry + "}", f32_bytes({1}))));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("invalid JSON header: w: duplicate key"));
+  s = open_status(write("deep.safetensors",
+                        file_bytes("{\"__metadata__\":" + std::string(5000, '[') +
+                                       std::string(5000, ']') + "}",
+                                   "")));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("nests deeper than 64 levels"));
+}
+
 struct BadEntryCase {
   std::string header;
   std::string data;

@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/serve/toy_vocab.h"
 
 namespace ltm {
@@ -128,10 +131,71 @@ TEST_F(OpenAiApiTest, PromptForms) {
 }
 
 TEST_F(OpenAiApiTest, BadBodies) {
-  expect_400("{\"prompt\": ", "", "not valid JSON");
+  expect_400("{\"prompt\": ", "prompt", "not valid JSON");  // cut off where prompt's value begins
+  expect_400("{\"prompt\": \"x\" ", "", "not valid JSON");
   expect_400("[1, 2]", "", "must be a JSON object");
-  expect_400(std::string(100, '[') + std::string(100, ']'), "", "nests deeper");
-  expect_400("{\"prompt\": \"\xff\"}", "", "not valid JSON");  // invalid UTF-8 in a string
+  expect_400(std::string(100, '[') + std::string(100, ']'), "", "nests deeper than 64 levels");
+  expect_400("{\"prompt\": \"\xff\"}", "prompt", "not valid JSON");  // invalid UTF-8 in a string
+}
+
+// What the body parser (common/json_parse.h) refuses, each a 400 naming the field.
+TEST_F(OpenAiApiTest, BodyFaultsNameTheField) {
+  expect_400(R"({"prompt": "hi", "temperature": 0.5, "temperature": 2})", "temperature",
+             "temperature: duplicate key");
+  expect_400(R"({"prompt": "hi", "prompt": [1, 2]})", "prompt", "prompt: duplicate key");
+  expect_400(R"({"prompt": "hi", "stream": true, "stream_options": {"include_usage": true,
+             "include_usage": false}})",
+             "stream_options", "stream_options.include_usage: duplicate key");
+  expect_400(R"({"prompt": "hi", "temperature": 1e400})", "temperature",
+             "temperature: number 1e400 is out of range");
+  expect_400(R"({"prompt": "hi", "top_p": -1e400})", "top_p", "number -1e400 is out of range");
+  expect_400(R"({"prompt": [1, 1e400]})", "prompt", "prompt[1]: number 1e400 is out of range");
+  expect_400(R"({"prompt": "a\ud800"})", "prompt", "surrogate");
+  expect_400(R"({"prompt": "hi", "stop": ["x", "\udc00"]})", "stop", "stop[1]: ");
+  expect_400(R"({"prompt": "hi", "user": "\ud83d"})", "user", "surrogate");
+  // Finite as a double but not as the engine's float: 400, not inf.
+  expect_400(R"({"prompt": "hi", "temperature": 1e39})", "temperature",
+             "temperature must be a finite 32-bit float");
+  expect_400(R"({"prompt": "hi", "repetition_penalty": 3.5e38})", "repetition_penalty",
+             "repetition_penalty must be a finite 32-bit float");
+  expect_400(R"({"prompt": "hi", "top_p": -1e300})", "top_p", "must be a finite 32-bit float");
+  expect_400(R"({"prompt": "hi", "presence_penalty": 1e39})", "presence_penalty",
+             "must be a finite 32-bit float");
+  EXPECT_FALSE(parse(R"({"prompt": "hi", "temperature": 3.4e38})").has_value());
+  // Wrong types, at every level.
+  expect_400(R"({"prompt": "hi", "stream": true, "stream_options": {"include_usage": 1}})",
+             "stream_options", "include_usage must be a boolean");
+  expect_400(R"({"prompt": "hi", "stream_options": [true]})", "stream_options",
+             "stream_options must be an object");
+  expect_400(R"({"prompt": "hi", "top_k": 1.0})", "top_k", "top_k must be an integer");
+  expect_400(R"({"prompt": "hi", "max_tokens": 1e30})", "max_tokens", "must be an integer");
+  expect_400(R"({"prompt": "hi", "logit_bias": []})", "logit_bias", "must be an object");
+  expect_400(R"({"prompt": "hi", "suffix": 1})", "suffix", "must be a string");
+  expect_400(R"({"prompt": [[1], [2]]})", "prompt", "only one prompt");
+  // Depth: 64 levels of an unknown field are read (and ignored); 65 are refused.
+  const std::string deep64 = std::string(63, '[') + std::string(63, ']');
+  EXPECT_FALSE(parse("{\"prompt\": \"hi\", \"x\": " + deep64 + "}").has_value());
+  expect_400("{\"prompt\": \"hi\", \"x\": [" + deep64 + "]}", "x", "nests deeper than 64 levels");
+  expect_400("{\"prompt\": \"hi\", \"x\": " + std::string(1000000, '['), "x",
+             "nests deeper than 64 levels");
+}
+
+// The cause of the 31.8 s body (issue 19): ordered_json finds a key by scanning every key before
+// it. The body is now parsed into std::map objects (a lookup costs O(log n) comparisons; counted
+// in tests/common/json_parse_test.cpp), and a body of 75,000 distinct keys is read like any other.
+static_assert(std::is_same_v<BodyJson::object_t, std::map<std::string, BodyJson, std::less<>>>,
+              "request bodies must not be parsed into a linearly searched object");
+TEST_F(OpenAiApiTest, ManyKeysAreReadAndIgnored) {
+  std::string body = R"({"prompt": "hi", "max_tokens": 3)";
+  for (int i = 0; i < 75000; ++i) absl::StrAppend(&body, ",\"k", i, "\":", i);
+  body += "}";
+  std::optional<ApiError> e = parse(body);
+  ASSERT_FALSE(e.has_value()) << e->message;
+  EXPECT_EQ(out_.request.max_new_tokens, 3);
+  // A duplicate among them is found, however far apart.
+  body.back() = ',';
+  body += "\"k0\": 1}";
+  expect_400(body, "k0", "k0: duplicate key");
 }
 
 TEST_F(OpenAiApiTest, EachBadFieldIsNamed) {

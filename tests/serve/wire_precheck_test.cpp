@@ -100,5 +100,48 @@ TEST(WirePrecheck, UnknownFieldsAreBounded) {
   EXPECT_THAT(std::string(check(bytes).message()), HasSubstr("more than 64 unknown fields"));
 }
 
+// A known field sent with a wire type its type does not take is kept by protobuf as an unknown
+// field, one allocation each; such fields count against the same cap.
+TEST(WirePrecheck, FieldsOfTheWrongWireTypeCountAsUnknown) {
+  std::string bytes;
+  for (int i = 0; i < 64; ++i) bytes += std::string("\x20\x01", 2);  // temperature (float) as varint
+  EXPECT_TRUE(check(bytes).ok());
+  v1::GenerateRequest parsed;  // what the typed parse makes of them: unknown fields
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  EXPECT_FALSE(parsed.has_temperature());
+  EXPECT_EQ(parsed.GetReflection()->GetUnknownFields(parsed).field_count(), 64);
+  bytes += std::string("\x20\x01", 2);
+  EXPECT_EQ(check(bytes).message(),
+            "the request has more than 64 unknown fields (counting fields of the wrong wire "
+            "type, such as temperature sent as wire type 0)");
+  // Each kind of mismatch, and unknown fields beside them, share the one cap.
+  std::string mixed;
+  for (int i = 0; i < 13; ++i) {
+    mixed += std::string("\x1d\x01\x02\x03\x04", 5);  // max_new_tokens (int32) as fixed32
+    mixed += std::string("\x49\x01\x02\x03\x04\x05\x06\x07\x08", 9);  // stop (string) as fixed64
+    mixed += std::string("\x5d\x01\x02\x03\x04", 5);  // request_id (string) as fixed32
+    mixed += std::string("\x61\x01\x02\x03\x04\x05\x06\x07\x08", 9);  // ignore_eos (bool) as fixed64
+    mixed += std::string("\xa0\x06\x01", 3);  // field 100: unknown
+  }
+  EXPECT_THAT(std::string(check(mixed).message()), HasSubstr("more than 64 unknown fields"));
+  // The wire types protobuf does take are not counted: packed and unpacked repeated scalars,
+  // and a singular scalar given many times (the last one wins; nothing is kept).
+  std::string fine;
+  for (int i = 0; i < 1000; ++i) fine += std::string("\x25\x00\x00\x80\x3f", 5);  // temperature 1.0
+  fine += std::string("\x12\x02\x01\x02", 4);  // prompt_token_ids packed
+  fine += std::string("\x10\x03", 2);            // and unpacked
+  EXPECT_TRUE(check(fine).ok());
+}
+
+// Millions of them are refused at the cap, before the typed parse would allocate one each.
+TEST(WirePrecheck, MillionsOfWrongWireTypeFieldsAreRefused) {
+  std::string bytes;
+  bytes.reserve(2 * 2000000);
+  for (int i = 0; i < 2000000; ++i) bytes += std::string("\x20\x01", 2);
+  const absl::Status s = check(bytes);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("such as temperature"));
+}
+
 }  // namespace
 }  // namespace ltm

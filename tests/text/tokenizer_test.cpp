@@ -410,6 +410,31 @@ TEST_F(LoadErrorTest, InvalidJson) {
   EXPECT_NE(msg.find("vocab.json: invalid JSON"), std::string::npos) << msg;
 }
 
+// A token spelled twice in vocab.json (which id?) is refused naming it; so is nesting past the
+// depth limit, and an id value is described in bounded space.
+TEST_F(LoadErrorTest, DuplicateTokensAndDepth) {
+  write_valid();
+  std::string text = vocab_json(small_vocab({"ab"}));
+  text.back() = ',';
+  text += "\"ab\": 300}";
+  dir_.write("vocab.json", text);
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("vocab.json: invalid JSON: ab: duplicate key"), std::string::npos) << msg;
+  text = vocab_json(small_vocab({}));
+  text.back() = ',';
+  text += "\"deep token\": " + std::string(1000, '[') + "}";
+  dir_.write("vocab.json", text);
+  msg = load_error();
+  EXPECT_NE(msg.find("nests deeper than 64 levels"), std::string::npos) << msg;
+  auto vocab = nlohmann::json::parse(vocab_json(small_vocab({"ab"})));
+  vocab["ab"] = nlohmann::json::array();
+  for (int i = 0; i < 10000; ++i) vocab["ab"].push_back(i);
+  dir_.write("vocab.json", vocab.dump());
+  msg = load_error();
+  EXPECT_NE(msg.find("has id a list of 10000 elements"), std::string::npos) << msg;
+  EXPECT_LT(msg.size(), 500u);
+}
+
 TEST_F(LoadErrorTest, JsonNotAnObject) {
   write_valid();
   dir_.write("vocab.json", "[1, 2, 3]");
