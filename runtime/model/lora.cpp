@@ -240,7 +240,7 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
   }
   if (!cfg.is_object()) return invalid(config_path, "expected a JSON object");
   if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA")
-    return invalid(config_path, absl::StrCat("peft_type is ", cfg["peft_type"].dump(),
+    return invalid(config_path, absl::StrCat("peft_type is ", json_brief(cfg["peft_type"]),
                                              "; ltm serves only LORA adapters"));
   if (!cfg.contains("r") || !cfg["r"].is_number_integer())
     return invalid(config_path, "\"r\" (the rank) is missing or not an integer");
@@ -274,7 +274,7 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
   for (const char* key : {"use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
                           "layers_to_transform", "bias"}) {
     if (set(key))
-      return invalid(config_path, absl::StrCat("\"", key, "\" is ", cfg[key].dump(),
+      return invalid(config_path, absl::StrCat("\"", key, "\" is ", json_brief(cfg[key]),
                                                "; ltm serves plain LoRA (no DoRA, per-module "
                                                "ranks, saved modules, layer subsets or biases)"));
   }

@@ -50,7 +50,7 @@ absl::StatusOr<std::optional<int64_t>> get_int(const json& j, const std::string&
   }
   if (it->is_number_integer()) return std::optional<int64_t>(it->get<int64_t>());
   return key_error(source, key,
-                   absl::StrCat("must be an integer, found ", type_name(*it), " ", it->dump()));
+                   absl::StrCat("must be an integer, found ", type_name(*it), " ", json_brief(*it)));
 }
 
 absl::StatusOr<int64_t> get_size(const json& j, const std::string& source, const std::string& key,
