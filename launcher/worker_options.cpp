@@ -76,6 +76,7 @@ po::options_description describe(WorkerOptions* o) {
       ("check-weights", po::bool_switch(&o->check_weights), "refuse weights that hold NaN or Inf (reads every weight once more at load)")
       ("http", po::value(&o->http), "also serve the OpenAI completions API, /health and /metrics over HTTP on ADDR:PORT (rank 0; needs --listen)")
       ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
+      ("http-max-connections", po::value(&o->http_max_connections)->default_value(0), "open HTTP connections at most; when full, the longest-idle one is closed for a new one (0: 1024, or fewer where the descriptor limit needs it; one that does not fit the limit is refused)")
       ("help,h", "this help")
       ("version", "print the version and exit");
   po::options_description lora("LoRA adapters (PEFT folders)");
@@ -197,6 +198,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
                   "(put a TLS proxy in front of it)");
   }
   if (o->http_threads < 1 || o->http_threads > 64) return fail("--http-threads must be in [1, 64]");
+  if (o->http_max_connections < 0 || o->http_max_connections > (1 << 20))
+    return fail("--http-max-connections must be 0 (automatic) or in [1, 1048576]");
   if (!o->tls_client_ca.empty() && o->tls_cert.empty())
     return fail("--tls-client-ca needs --tls-cert and --tls-key");
   if (std::string e = check_lora_options(*o); !e.empty()) return fail(e);

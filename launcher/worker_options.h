@@ -64,6 +64,7 @@ struct WorkerOptions {
   // HTTP front door (OpenAI API, /health, /metrics) beside gRPC: ADDR:PORT, empty = none.
   std::string http;
   int http_threads = 2;
+  int32_t http_max_connections = 0;  // 0: 1024, or less where the descriptor limit asks for it
   // LoRA adapters (launcher/lora_setup.h)
   std::vector<std::string> lora;  // NAME=DIR, loaded at start-up (repeatable)
   bool lora_merge = false;      // fold the one --lora into the weights
