@@ -308,6 +308,13 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     });
     if (!ws.ok()) spdlog::warn("warm-up request: {}", ws.ToString());
   }
+  // --insecure-public (worker_options.cpp): said at every start, where an operator looks.
+  if (!is_loopback_address(o.listen) && o.tls_cert.empty() && o.api_key_file.empty())
+    spdlog::warn("--insecure-public: the gRPC API on {} is open to anyone who can reach it "
+                 "(no TLS, no API key)", (*server)->address());
+  if (http && !is_loopback_address(o.http) && o.api_key_file.empty())
+    spdlog::warn("--insecure-public: the HTTP API on {} is open to anyone who can reach it "
+                 "(plaintext, no API key)", http->address());
   spdlog::info("serving {} on {}{}{} (tp {}, pp {}, {} KV blocks of {} tokens)", info.model_name,
                (*server)->address(), http ? ", HTTP on " : "", http ? http->address() : "", o.tp,
                o.pp, rs.n_blocks, o.block_size);

@@ -209,7 +209,8 @@ def test_a_failure_ends_everything_within_its_bound(serve_model, tmp_path, failu
         cmd = [LAUNCHER, *hosts.mpirun_args(slots=2, hosts=[h0, h1]), *mca,
                "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1", "-n", "4",
                WORKER, "--model", serve_model, "--tp", "2", "--pp", "2",
-               "--listen", f"{h0.addr}:50051", "--threads", "1", "--kv-memory-mb", "64",
+               "--listen", f"{h0.addr}:50051", "--insecure-public", "--threads", "1",
+               "--kv-memory-mb", "64",
                "--collective-timeout", str(COLLECTIVE_TIMEOUT_S), "--keepalive-s", str(KEEPALIVE_S)]
         log_path = tmp_path / "group.log"
         with open(log_path, "wb") as log:
