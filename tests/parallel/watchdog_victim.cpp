@@ -10,6 +10,9 @@
 //                  wait in recv_wait for its posted plan: must complete, exit 0
 //         truncate stage 1 receives into a buffer smaller than stage 0 sends (an MPI error, not a
 //                  timeout): must end with the "MPI ... failed" message, exit 2
+//         pipe     the victim takes a SIGPIPE (as Open MPI's writev to a vanished peer does),
+//                  then waits in <op> for peers that never come: must end with the broken-pipe
+//                  message, exit 5, long before <timeout s>
 //         orphan   every other rank waits in recv_wait forever (rank 0 sleeps); the test kills
 //                  mpirun and checks the ranks go away (each writes <pid dir>/rank<r>.pid, and
 //                  its stderr goes to <pid dir>/rank<r>.err, since mpirun no longer forwards it)
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 
 namespace {
@@ -115,6 +119,13 @@ int main(int argc, char** argv) {
     if (layout->pp_rank() == 0) world.pp().send(buffer.data(), 3072, 1, 9);
     if (layout->pp_rank() == 1) world.pp().recv(buffer.data(), 1024, 0, 9);
     world.world().barrier();
+    return 0;
+  }
+  if (mode == "pipe") {
+    if (world.rank() != victim) sleep_forever();
+    ltm::parallel::watch_broken_pipes();
+    raise(SIGPIPE);
+    run_op(op, world, *layout);
     return 0;
   }
   if (world.rank() == victim) {
