@@ -121,7 +121,8 @@ std::string worker_usage() {
 }
 
 bool is_loopback_address(const std::string& address) {
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) return true;
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:"))
+    return true;
   const size_t colon = address.rfind(':');
   std::string host = colon == std::string::npos ? address : address.substr(0, colon);
   for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"})

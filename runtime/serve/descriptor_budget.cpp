@@ -49,10 +49,10 @@ absl::StatusOr<DescriptorPlan> plan_descriptors(const DescriptorLimit& limit, in
   plan.limit = limit.soft;
   plan.reserved = kReservedDescriptors + kDescriptorsPerRank * std::max(world_size, 1);
   const int64_t rest = plan.limit - plan.reserved;
+  const bool unlimited = limit.hard == std::numeric_limits<int64_t>::max();
   const std::string raise_it = absl::StrCat(
       "raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit, or the Slurm node's "
-      "limits), now ", limit.hard == std::numeric_limits<int64_t>::max() ? std::string("unlimited")
-                                                                         : absl::StrCat(limit.hard));
+      "limits), now ", unlimited ? std::string("unlimited") : absl::StrCat(limit.hard));
   if (rest < 2 * kMinConnections)
     return absl::FailedPreconditionError(absl::StrCat(
         "the descriptor limit (RLIMIT_NOFILE) is ", plan.limit, ": after ", plan.reserved,
@@ -74,10 +74,10 @@ absl::StatusOr<DescriptorPlan> plan_descriptors(const DescriptorLimit& limit, in
   plan.grpc_share = rest - plan.http_max_connections;
   const std::string raised =
       limit.soft_before != limit.soft ? absl::StrCat(" (raised from ", limit.soft_before, ")") : "";
+  const bool clamp = with_http && http_max_connections == 0 &&
+                     plan.http_max_connections < kDefaultHttpMaxConnections;
   const std::string clamped =
-      with_http && http_max_connections == 0 && plan.http_max_connections < kDefaultHttpMaxConnections
-          ? absl::StrCat(" (not ", kDefaultHttpMaxConnections, ": the limit is too low)")
-          : "";
+      clamp ? absl::StrCat(" (not ", kDefaultHttpMaxConnections, ": the limit is too low)") : "";
   plan.summary = absl::StrCat(
       "descriptors: limit ", plan.limit, raised, ", ", plan.reserved,
       " kept for checkpoint, adapter and MPI files; ",

@@ -102,7 +102,8 @@ class Worker:
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"the worker exited {self.proc.returncode}:\n{self.text()}"
+            assert self.proc.poll() is None, \
+                f"the worker exited {self.proc.returncode}:\n{self.text()}"
             try:
                 if health(self.http_port) == 200:
                     return

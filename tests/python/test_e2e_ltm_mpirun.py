@@ -1,7 +1,8 @@
 """launcher/ltm-mpirun against a stand-in mpirun (a shell script first on PATH): it passes mpirun's
 exit status through at once, turns SIGTERM into SIGUSR1 for mpirun, and kills an mpirun that
 stays after every rank of its own node has ended (a frozen remote node), exiting 5 with a
-message; mpirun's own code for a lost node (205) becomes 5. The real thing across namespace hosts: test_mpi_multihost.py (freeze)."""
+message; mpirun's own code for a lost node (205) becomes 5. The real thing across namespace
+hosts: test_mpi_multihost.py (freeze, cut link, partition)."""
 import os
 import signal
 import subprocess
