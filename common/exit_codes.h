@@ -10,13 +10,16 @@
 //   3     a collective timed out (--collective-timeout)            yes (a stuck or lost rank)
 //   4     the launcher (mpirun/srun) vanished while a rank waited  yes
 //   5     an MPI call failed: a peer rank or its link was lost     yes
+//         (also a connection to a peer broke mid-send, EPIPE, and
+//         launcher/ltm-mpirun's for mpirun's own 205: a lost node)
 //   6     --model names no folder or config file                   no
 //   7     an internal invariant failed (a bug: LTM_ASSERT); the     no
 //         message names host, rank and the check
 //
 // A rank killed by a signal ends its launcher with 128 + the signal (srun, mpirun): SIGKILL (137)
-// is how a lost node, the OOM killer or an operator's kill shows, and SIGPIPE (141) how a rank
-// dies that was writing to a peer whose node vanished; both are treated as curable.
+// is how a lost node, the OOM killer or an operator's kill shows, and is treated as curable.
+// SIGPIPE (141) no longer kills a rank: ltm-worker and ltm-bench count it (parallel/watchdog.h)
+// and end with 5; the job script still requeues 141 for older binaries.
 #pragma once
 
 #include "absl/status/status.h"

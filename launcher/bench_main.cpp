@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <boost/program_options.hpp>
+#include "parallel/watchdog.h"
 #include "launcher/cli_parse.h"
 
 #include "kernels/cpu/cpu_isa.h"
@@ -99,6 +100,7 @@ double measure_sgemm_peak(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::parallel::watch_broken_pipes();  // a lost peer: the group abort, not SIGPIPE (watchdog.h)
   ltm::bound_openmp_spin(argv);  // first: may exec this program again (common/openmp_wait.h)
   ltm::log_to_stderr();
   namespace po = boost::program_options;

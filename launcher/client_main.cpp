@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <boost/program_options.hpp>
+#include "common/signals.h"
 #include "launcher/cli_parse.h"
 #include <chrono>
 #include <cstdint>
@@ -110,6 +111,7 @@ void set_deadline(grpc::ClientContext& ctx, double timeout_s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::ignore_sigpipe();  // a vanished peer fails a send, not the process (common/signals.h)
   po::options_description desc(
       "Usage: ltm-client --server HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
       "       ltm-client --server HOST:PORT --info | --tokenize TEXT | --detokenize 1,2,3\n"

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/program_options.hpp>
+#include "common/signals.h"
 #include "launcher/cli_parse.h"
 #include <chrono>
 #include <cmath>
@@ -152,6 +153,7 @@ void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltm::ignore_sigpipe();  // a vanished peer fails a send, not the process (common/signals.h)
   Options o;
   po::options_description desc(
       "Usage: ltm-loadgen --server HOST:PORT [--concurrency C] [--duration-s S] [--requests N]\n"

@@ -7,8 +7,8 @@
 //       serve the gRPC API from rank 0 (see README).
 // Exit codes (common/exit_codes.h): 0 done; 1 a runtime error (bad checkpoint, ...); 2 bad
 // command line or layout; 3 a collective timed out; 4 the launcher vanished; 5 an MPI call failed
-// (a peer was lost); 6 the model is missing. The Slurm job scripts requeue only on 3, 4, 5
-// and on 137, 141 (a rank killed, or dead of SIGPIPE).
+// (a peer was lost, or its connection broke mid-send); 6 the model is missing. The Slurm job
+// script requeues only on 3, 4, 5 and 137 (a rank killed); 141 too, for older binaries.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -17,10 +17,12 @@
 
 #include "common/logging.h"
 #include "common/openmp_wait.h"
+#include "parallel/watchdog.h"
 #include "launcher/worker_options.h"
 #include "launcher/worker_run.h"
 
 int main(int argc, char** argv) {
+  ltm::parallel::watch_broken_pipes();  // a lost peer: the group abort, not SIGPIPE (watchdog.h)
   ltm::bound_openmp_spin(argv);  // first: may exec this program again (common/openmp_wait.h)
   ltm::log_to_stderr();
   ltm::WorkerOptions options;

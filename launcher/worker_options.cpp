@@ -3,6 +3,8 @@
 #include "launcher/lora_setup.h"
 #include "runtime/backend/backend.h"
 
+#include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "common/version.h"
@@ -10,6 +12,7 @@
 #include <boost/program_options.hpp>
 #include "launcher/cli_parse.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -74,8 +77,10 @@ po::options_description describe(WorkerOptions* o) {
       ("max-streams-per-connection", po::value(&o->max_streams_per_connection)->default_value(256), "concurrent calls one client connection may have")
       ("request-memory-mb", po::value(&o->request_memory_mb)->default_value(256), "memory gRPC may spend on calls in flight (ResourceQuota), MiB")
       ("check-weights", po::bool_switch(&o->check_weights), "refuse weights that hold NaN or Inf (reads every weight once more at load)")
+      ("insecure-public", po::bool_switch(&o->insecure_public), "allow --listen or --http on an address other hosts can reach with neither TLS nor --api-key-file (refused otherwise; start-up then logs a warning)")
       ("http", po::value(&o->http), "also serve the OpenAI completions API, /health and /metrics over HTTP on ADDR:PORT (rank 0; needs --listen)")
       ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
+      ("http-max-connections", po::value(&o->http_max_connections)->default_value(0), "open HTTP connections at most; when full, the longest-idle one is closed for a new one (0: 1024, or fewer where the descriptor limit needs it; one that does not fit the limit is refused)")
       ("help,h", "this help")
       ("version", "print the version and exit");
   po::options_description lora("LoRA adapters (PEFT folders)");
@@ -113,6 +118,23 @@ std::string worker_usage() {
        "       mpirun -n N ltm-worker --model DIR --tp T --pp P --listen ADDR:PORT [options]\n\n"
     << describe(&o);
   return s.str();
+}
+
+bool is_loopback_address(const std::string& address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:"))
+    return true;
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"})
+    if (absl::StartsWith(host, scheme)) host = host.substr(std::strlen(scheme));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8, written as a dotted quad (a name that resolves there is not trusted to).
+  int a = 0, b = 0, c = 0, d = 0;
+  char tail = 0;
+  return std::sscanf(host.c_str(), "%d.%d.%d.%d%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
+         b >= 0 && b <= 255 && c >= 0 && c <= 255 && d >= 0 && d <= 255;
 }
 
 ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::string* error) {
@@ -197,6 +219,21 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
                   "(put a TLS proxy in front of it)");
   }
   if (o->http_threads < 1 || o->http_threads > 64) return fail("--http-threads must be in [1, 64]");
+  if (o->http_max_connections < 0 || o->http_max_connections > (1 << 20))
+    return fail("--http-max-connections must be 0 (automatic) or in [1, 1048576]");
+  // Nobody gets in by default: a front door other hosts can reach needs TLS or an API key, or
+  // the operator's explicit --insecure-public (docs/architecture.md "Hardening").
+  if (!o->insecure_public) {
+    const char* fix = "give --api-key-file FILE (or --tls-cert and --tls-key), listen on "
+                      "127.0.0.1, or give --insecure-public to serve anyone who can connect";
+    if (!o->listen.empty() && !is_loopback_address(o->listen) && o->tls_cert.empty() &&
+        o->api_key_file.empty())
+      return fail(absl::StrCat("--listen ", o->listen, " can be reached from other hosts with "
+                               "neither TLS nor an API key: ", fix));
+    if (!o->http.empty() && !is_loopback_address(o->http) && o->api_key_file.empty())
+      return fail(absl::StrCat("--http ", o->http, " can be reached from other hosts without an "
+                               "API key (it serves plaintext): ", fix));
+  }
   if (!o->tls_client_ca.empty() && o->tls_cert.empty())
     return fail("--tls-client-ca needs --tls-cert and --tls-key");
   if (std::string e = check_lora_options(*o); !e.empty()) return fail(e);

@@ -61,9 +61,13 @@ struct WorkerOptions {
   int32_t max_streams_per_connection = 256;
   int64_t request_memory_mb = 256;  // gRPC ResourceQuota
   bool check_weights = false;   // refuse NaN/Inf weights at load
+  // A --listen or --http on an address other hosts can reach, with neither TLS nor an API key,
+  // is refused unless this is set (then start-up logs a warning).
+  bool insecure_public = false;
   // HTTP front door (OpenAI API, /health, /metrics) beside gRPC: ADDR:PORT, empty = none.
   std::string http;
   int http_threads = 2;
+  int32_t http_max_connections = 0;  // 0: 1024, or less where the descriptor limit asks for it
   // LoRA adapters (launcher/lora_setup.h)
   std::vector<std::string> lora;  // NAME=DIR, loaded at start-up (repeatable)
   bool lora_merge = false;      // fold the one --lora into the weights
@@ -75,6 +79,9 @@ struct WorkerOptions {
 
 enum class ParseResult { kOk, kHelp, kError };
 ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string* error);
+// Whether a --listen or --http address can only be reached from this host: 127.x.x.x,
+// localhost, ::1 (bracketed or not), or a gRPC unix: socket.
+bool is_loopback_address(const std::string& address);
 std::string worker_usage();
 
 }  // namespace ltm

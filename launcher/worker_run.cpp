@@ -23,6 +23,7 @@
 #include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
 #include "runtime/serve/auth.h"
+#include "runtime/serve/descriptor_budget.h"
 #include "runtime/serve/grpc_server.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/loading_responder.h"
@@ -197,7 +198,8 @@ void on_signal(int sig) { g_signal.store(sig); }
 
 // Serving on rank 0. Returns the exit code.
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
-          std::unique_ptr<LoadingResponder> loading) {
+          std::unique_ptr<LoadingResponder> loading, const DescriptorPlan& descriptors) {
+  spdlog::info("{}", descriptors.summary);
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
   SchedulerOptions sopts{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches,
@@ -276,6 +278,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     HttpServerOptions hopts;
     hopts.address = o.http;
     hopts.threads = o.http_threads;
+    hopts.max_connections = descriptors.http_max_connections;
     hopts.api_key = gopts.api_key;
     hopts.metrics = &metrics;
     hopts.ready = [&warm] { return warm.load(); };
@@ -305,6 +308,13 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     });
     if (!ws.ok()) spdlog::warn("warm-up request: {}", ws.ToString());
   }
+  // --insecure-public (worker_options.cpp): said at every start, where an operator looks.
+  if (!is_loopback_address(o.listen) && o.tls_cert.empty() && o.api_key_file.empty())
+    spdlog::warn("--insecure-public: the gRPC API on {} is open to anyone who can reach it "
+                 "(no TLS, no API key)", (*server)->address());
+  if (http && !is_loopback_address(o.http) && o.api_key_file.empty())
+    spdlog::warn("--insecure-public: the HTTP API on {} is open to anyone who can reach it "
+                 "(plaintext, no API key)", http->address());
   spdlog::info("serving {} on {}{}{} (tp {}, pp {}, {} KV blocks of {} tokens)", info.model_name,
                (*server)->address(), http ? ", HTTP on " : "", http ? http->address() : "", o.tp,
                o.pp, rs.n_blocks, o.block_size);
@@ -351,6 +361,19 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action
   // (terminate) must not kill a rank that has no handler (only a serving rank 0 installs one).
   signal(SIGUSR1, SIG_IGN);
+  // A server's connections and MPI's links need more descriptors than the soft default
+  // (runtime/serve/descriptor_budget.h); a cap that does not fit is refused before loading.
+  const DescriptorLimit fds = raise_descriptor_limit();
+  DescriptorPlan descriptors;
+  if (!o.listen.empty()) {
+    absl::StatusOr<DescriptorPlan> plan =
+        plan_descriptors(fds, o.tp * o.pp, o.http_max_connections, !o.http.empty());
+    if (!plan.ok()) {
+      std::fprintf(stderr, "ltm-worker: %s\n", std::string(plan.status().message()).c_str());
+      return exit_code_for_setup(plan.status());
+    }
+    descriptors = std::move(*plan);
+  }
   // A server's HTTP port answers 503 "loading" while rank 0 loads (runtime/serve/loading_responder.h).
   std::unique_ptr<LoadingResponder> loading;
   if (!o.http.empty() && !o.listen.empty() && launcher_rank() == 0) {
@@ -407,7 +430,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
                              "model folder, or --tokenizer DIR)\n");
         code = 2;
       } else {
-        code = serve(o, rs, *tokenizer, std::move(loading));
+        code = serve(o, rs, *tokenizer, std::move(loading), descriptors);
       }
     } else if (!o.perplexity.empty()) {
       code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);

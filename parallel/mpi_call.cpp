@@ -22,7 +22,7 @@ std::unique_lock<std::mutex> lock_mpi() {
 }
 
 void fail_mpi(int error_code, std::string_view op, std::string_view group, const char* file,
-              int line) {
+              int line, std::string_view who) {
   char text[MPI_MAX_ERROR_STRING + 1] = {};
   int length = 0;
   if (MPI_Error_string(error_code, text, &length) != MPI_SUCCESS) length = 0;
@@ -30,7 +30,7 @@ void fail_mpi(int error_code, std::string_view op, std::string_view group, const
       length > 0 ? std::string(text, length) : absl::StrCat("MPI error code ", error_code);
   abort_group(kExitMpiFailure,
               absl::StrCat(rank_prefix(), "MPI ", std::string(op), " on group ", std::string(group),
-                           " failed: ", reason, " (", file, ":", line, ")"));
+                           " failed: ", reason, std::string(who), " (", file, ":", line, ")"));
 }
 
 }  // namespace ltm::parallel

@@ -9,7 +9,8 @@
 //
 // LTM_MPI(call, op, group) takes that lock, runs `call` and, when it returns an error (the
 // communicators use MPI_ERRORS_RETURN), prints
-//   ltm: <host>:<world rank>: MPI <op> on group <group> failed: <MPI error string> (<file>:<line>)
+//   ltm: <host>:<world rank>: MPI <op> on group <group> failed: <MPI error string>[ (peer: rank
+//   2 on h1)] (<file>:<line>)
 // and takes the group down (abort_group, exit code kExitMpiFailure). It never returns an error.
 #pragma once
 
@@ -27,9 +28,10 @@ int mpi_thread_level();
 // An engaged lock unless the library provides MPI_THREAD_MULTIPLE.
 std::unique_lock<std::mutex> lock_mpi();
 
-// The message and abort of a failed MPI call; see the top of this file.
+// The message and abort of a failed MPI call; see the top of this file. `who` (" (peer: rank 2
+// on h1)", Watchdog::who) follows the MPI error string when the call waited for one peer.
 [[noreturn]] void fail_mpi(int error_code, std::string_view op, std::string_view group,
-                           const char* file, int line);
+                           const char* file, int line, std::string_view who = {});
 
 }  // namespace ltm::parallel
 

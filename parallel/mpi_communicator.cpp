@@ -173,6 +173,9 @@ void MpiCommunicator::reap_posted() {
       it = posted_.erase(it);
       continue;
     }
+    // A posted send still pending when a pipe broke (watchdog.h): its peer is the likely loss.
+    if (broken_pipes() != 0)
+      abort_group(kExitMpiFailure, watchdog_.broken_pipe_message(it->op, it->peer));
     if (it->deadline.expired(now))
       abort_group(kExitCollectiveTimeout,
                   watchdog_.timeout_message(it->op, it->data.size(), it->deadline.seconds(),

@@ -1,5 +1,6 @@
 #include "parallel/watchdog.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +22,23 @@ constexpr auto kLauncherCheckPeriod = std::chrono::seconds(1);
 
 std::atomic<pid_t> g_launcher{0};
 
+// Lock-free, so the handler may touch it (async-signal-safe).
+std::atomic<uint64_t> g_broken_pipes{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+void count_broken_pipe(int) { g_broken_pipes.fetch_add(1, std::memory_order_relaxed); }
+
 }  // namespace
+
+void watch_broken_pipes() {
+  struct sigaction sa {};
+  sa.sa_handler = count_broken_pipe;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // the write itself still fails with EPIPE
+  sigaction(SIGPIPE, &sa, nullptr);
+}
+
+uint64_t broken_pipes() { return g_broken_pipes.load(std::memory_order_relaxed); }
 
 Deadline Deadline::after(double seconds) {
   Deadline d;
@@ -58,6 +75,7 @@ PollResult poll_until(absl::FunctionRef<bool()> done, Deadline deadline,
     if (done()) return PollResult::kDone;
     const Clock::time_point now = Clock::now();
     if (deadline.expired(now)) return PollResult::kTimedOut;
+    if (broken_pipes() != 0) return PollResult::kBrokenPipe;
     if (now >= next_launcher_check) {
       if (!launcher_alive()) return PollResult::kLauncherGone;
       next_launcher_check = now + kLauncherCheckPeriod;
@@ -88,13 +106,26 @@ std::string Watchdog::timeout_message(std::string_view op, size_t bytes, double 
                       " s; a peer rank is dead or stuck; aborting the group", who(peer));
 }
 
+std::string Watchdog::broken_pipe_message(std::string_view op, int peer) const {
+  return absl::StrCat(rank_prefix(), "a connection to a peer broke (EPIPE, \"Broken pipe\") "
+                      "while this rank waited in ", std::string(op), " on group ", group_,
+                      "; a peer rank or its node was lost; aborting the group", who(peer));
+}
+
 MPI_Status Watchdog::wait(MPI_Request* request, std::string_view op, size_t bytes,
                           Deadline deadline, int peer) const {
   MPI_Status status{};
   const PollResult result = poll_until(
       [&] {
         int flag = 0;
-        LTM_MPI(MPI_Test(request, &flag, &status), op, group_);
+        int rc;
+        {
+          auto lock = lock_mpi();
+          rc = MPI_Test(request, &flag, &status);
+        }
+        // A failed wait names the peer it waited for (a lost link, a truncated message).
+        if (rc != MPI_SUCCESS) [[unlikely]]
+          fail_mpi(rc, op, group_, __FILE__, __LINE__, who(peer));
         return flag != 0;
       },
       deadline, options_);
@@ -108,6 +139,8 @@ MPI_Status Watchdog::wait(MPI_Request* request, std::string_view op, size_t byte
                   absl::StrCat(rank_prefix(), "the launcher (mpirun/srun, pid ", g_launcher.load(),
                                ") exited while this rank waited in ", std::string(op), " on group ",
                                group_, "; aborting the group"));
+    case PollResult::kBrokenPipe:
+      abort_group(kExitMpiFailure, broken_pipe_message(op, peer));
   }
   abort_group(kExitMpiFailure, "unreachable");
 }

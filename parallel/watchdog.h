@@ -39,6 +39,21 @@
 // We chose this over heartbeats everywhere because (1) and (2) cover dead processes at no cost;
 // (3) costs one small message per --keepalive-s from rank 0 only.
 //
+// A peer that vanishes mid-send (its node's processes gone, its kernel answering with resets):
+// Open MPI's TCP link fails its writev with EPIPE, prints "mca_btl_tcp_frag_send: writev failed:
+// Broken pipe", and leaves the operation unfinished forever; with SIGPIPE's default action the
+// rank died of signal 141 instead, with no message of ours. watch_broken_pipes() (every rank, at
+// start) counts SIGPIPEs in a handler instead, so the write fails with EPIPE where it was made,
+// and every wait that sees a count aborts the group at its next nap (well under a millisecond
+// after the spin) with
+//   ltm: <host>:<rank>: a connection to a peer broke (EPIPE, "Broken pipe") while this rank
+//   waited in <op> on group <name>; a peer rank or its node was lost; aborting the group (peer:
+//   rank 2 on h1)
+// and kExitMpiFailure, instead of waiting for --collective-timeout. (The count is process-wide:
+// the peer named is the one this wait was for, which is the one lost when this rank was sending
+// to it, the case that raises SIGPIPE. Our own sockets send with MSG_NOSIGNAL, so they never
+// count.)
+//
 // Threading: a Watchdog is used by the one thread that owns its communicator; set_timeout may be
 // called from any thread. poll_until makes no MPI calls itself.
 #pragma once
@@ -49,6 +64,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,10 +104,17 @@ class Deadline {
   double seconds_ = 0;
 };
 
-enum class PollResult { kDone, kTimedOut, kLauncherGone };
+enum class PollResult { kDone, kTimedOut, kLauncherGone, kBrokenPipe };
 
-// Calls done() until it returns true (kDone), the deadline passes (kTimedOut) or the launcher
-// recorded by watch_launcher is gone (kLauncherGone), spinning then napping as described above.
+// Installs the SIGPIPE handler that counts broken pipes (above); call it first in main, before
+// any thread starts. Without it (tests, tools) SIGPIPE keeps whatever disposition it has.
+void watch_broken_pipes();
+// SIGPIPEs counted since watch_broken_pipes().
+uint64_t broken_pipes();
+
+// Calls done() until it returns true (kDone), the deadline passes (kTimedOut), the launcher
+// recorded by watch_launcher is gone (kLauncherGone) or a broken pipe has been counted
+// (kBrokenPipe, checked after the spin), spinning then napping as described above.
 PollResult poll_until(absl::FunctionRef<bool()> done, Deadline deadline,
                       const WatchdogOptions& options);
 
@@ -127,6 +150,8 @@ class Watchdog {
   // The timeout message, exposed for tests.
   std::string timeout_message(std::string_view op, size_t bytes, double seconds,
                               int peer = -1) const;
+  // The broken-pipe message (above), exposed for MpiCommunicator's posted sends and tests.
+  std::string broken_pipe_message(std::string_view op, int peer = -1) const;
   // " (peer: rank 2 on h1)", " (members: ranks 0, 1 on h0)", or "" when no host is known.
   std::string who(int peer) const;
 

@@ -4,11 +4,14 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <ctime>
 #include <mutex>
 #include <optional>
@@ -32,17 +35,51 @@ namespace http_server_internal {
 
 namespace {
 
+// A failed accept (EMFILE, ENFILE: no descriptor; ENOBUFS, ENOMEM: no kernel memory) leaves the
+// connection in the listen backlog, so the listener stays readable and an accept retried at once
+// fails again at once: a thread spinning at 100% for as long as the shortage lasts. Instead the
+// next try waits, 5 ms at first, doubling to 100 ms, back to none after an accept succeeds; one
+// warning starts a burst of failures and one line ends it.
+constexpr std::chrono::milliseconds kFirstAcceptBackoff{5};
+constexpr std::chrono::milliseconds kMaxAcceptBackoff{100};
+
+void do_accept(const std::shared_ptr<State>& state);
+
+void on_accept_failed(const std::shared_ptr<State>& state, const beast::error_code& ec) {
+  state->failed_accepts.fetch_add(1);
+  if (state->burst_failures++ == 0)
+    spdlog::warn("http: accept on {} failed: {} ({} connections open); retrying every {} to {} ms "
+                 "until it succeeds", state->port, ec.message(), state->connections.load(),
+                 kFirstAcceptBackoff.count(), kMaxAcceptBackoff.count());
+  state->accept_backoff = state->accept_backoff.count() == 0
+                              ? kFirstAcceptBackoff
+                              : std::min(state->accept_backoff * 2, kMaxAcceptBackoff);
+  state->accept_timer->expires_after(state->accept_backoff);
+  state->accept_timer->async_wait([state](beast::error_code wait_ec) {
+    if (wait_ec || !state->acceptor->is_open()) return;  // cancelled: shutting down
+    do_accept(state);
+  });
+}
+
 void do_accept(const std::shared_ptr<State>& state) {
   state->acceptor->async_accept(
       net::make_strand(state->ioc), [state](beast::error_code ec, tcp::socket socket) {
+        // On accept_strand (the acceptor's executor).
         if (ec == net::error::operation_aborted || !state->acceptor->is_open()) return;
-        if (!ec) {
-          if (state->connections.load() >= state->options.max_connections) {
-            beast::error_code ignored;
-            socket.close(ignored);  // over the limit: refuse at once, keep no state
-          } else {
-            start_session(state, std::move(socket));
-          }
+        if (ec) return on_accept_failed(state, ec);
+        if (state->burst_failures > 0) {
+          spdlog::info("http: accepting connections again after {} failed accepts",
+                       state->burst_failures);
+          state->burst_failures = 0;
+        }
+        state->accept_backoff = std::chrono::milliseconds(0);
+        const int64_t max = state->options.max_connections;
+        if (state->connections.load() - state->evicting.load() >= max &&
+            !evict_idle_session(*state)) {
+          beast::error_code ignored;
+          socket.close(ignored);  // every connection is busy: refuse at once, keep no state
+        } else {
+          start_session(state, std::move(socket));
         }
         do_accept(state);
       });
@@ -117,7 +154,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
   state->max_body_bytes = max_body;
 
   tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
-  state->acceptor.emplace(state->ioc);
+  state->acceptor.emplace(state->accept_strand);
+  state->accept_timer.emplace(state->accept_strand);
   state->acceptor->open(endpoint.protocol(), ec);
   if (!ec) state->acceptor->set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) state->acceptor->bind(endpoint, ec);
@@ -131,7 +169,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
   server->state_ = state;
   server->address_ = absl::StrCat(options.address.substr(0, colon), ":", state->port);
   state->work.emplace(state->ioc.get_executor());
-  http_server_internal::do_accept(state);
+  net::dispatch(state->accept_strand, [state] { http_server_internal::do_accept(state); });
   for (int i = 0; i < options.threads; ++i) {
     state->threads.emplace_back([raw = state.get()] {
       for (;;) {
@@ -159,6 +197,7 @@ void HttpServer::begin_drain() { state_->draining.store(true); }
 bool HttpServer::draining() const { return state_->draining.load(); }
 int64_t HttpServer::active_requests() const { return state_->active.load(); }
 int64_t HttpServer::connections() const { return state_->connections.load(); }
+int64_t HttpServer::failed_accepts() const { return state_->failed_accepts.load(); }
 
 void HttpServer::shutdown(std::chrono::steady_clock::time_point deadline) {
   if (state_->shut_down.exchange(true)) return;
@@ -166,9 +205,10 @@ void HttpServer::shutdown(std::chrono::steady_clock::time_point deadline) {
   const auto close_sessions = [this](bool force) {
     http_server_internal::close_sessions(*state_, force);
   };
-  net::post(state_->ioc, [state = state_] {
+  net::post(state_->accept_strand, [state = state_] {
     beast::error_code ec;
     state->acceptor->close(ec);
+    state->accept_timer->cancel();
   });
   close_sessions(false);
   while (state_->active.load() > 0 && std::chrono::steady_clock::now() < deadline)

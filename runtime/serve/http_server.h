@@ -19,7 +19,10 @@
 // Connections: HTTP/1.1 keep-alive; a fixed pool of `threads` threads runs every connection (no
 // thread per connection); each connection is a strand. Memory per client is bounded: headers up
 // to 16 KiB, a body up to max_body_bytes, one request at a time per connection, at most
-// max_connections connections (more are closed at once). A client that is silent for
+// max_connections connections (when full, a new connection closes the one that has waited
+// longest for a request; if every one is busy, the new one is closed at once). A failed accept
+// (no descriptor, no kernel memory) is retried after 5 ms doubling to 100 ms, never in a loop
+// (http_server.cpp). A client that is silent for
 // idle_timeout_s between requests, or takes longer than that to send one, is disconnected. While
 // a request is generating, the connection is watched: a client that disconnects (mid-stream or
 // while waiting for a whole response) has its request cancelled, so the scheduler frees its KV
@@ -95,6 +98,7 @@ class HttpServer {
 
   int64_t active_requests() const;  // completions generating or being answered
   int64_t connections() const;      // open connections
+  int64_t failed_accepts() const;   // accept() calls that failed (EMFILE, ...), ever
 
  private:
   HttpServer() = default;

@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <array>
 #include <ctime>
 #include <mutex>
@@ -91,6 +92,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   ~Session() {
     release_active();
+    if (evicted_.load()) state_->evicting.fetch_sub(1);
     state_->connections.fetch_sub(1);
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->sessions.erase(this);
@@ -102,6 +104,18 @@ class Session : public std::enable_shared_from_this<Session> {
       state_->sessions[this] = weak_from_this();
     }
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  // The steady-clock time (ns) since which this connection waits for a request; 0 while one is
+  // handled, or once it is evicted.
+  int64_t waiting_since() const { return waiting_since_.load(std::memory_order_relaxed); }
+  // Claims this connection for eviction (once, and only while it waits); then closes it.
+  bool evict(int64_t seen_since) {
+    if (!waiting_since_.compare_exchange_strong(seen_since, 0)) return false;
+    evicted_.store(true);
+    state_->evicting.fetch_add(1);
+    close(false);
+    return true;
   }
 
   // Shutdown: closes the connection unless it is generating (or always, with `force`).
@@ -127,6 +141,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(static_cast<uint64_t>(state_->max_body_bytes));
     stream_.expires_after(state_->idle());
+    waiting_since_.store(std::chrono::steady_clock::now().time_since_epoch().count() | 1);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->on_read(ec);
@@ -134,6 +149,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec) {
+    waiting_since_.store(0);
+    if (evicted_.load()) return close_now();
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
         ec == net::error::eof) {
@@ -658,6 +675,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // The watch read.
   bool watching_ = false;
   bool resume_read_ = false;
+  // Eviction (evict_idle_session): read by the accept loop's thread.
+  std::atomic<int64_t> waiting_since_{0};
+  std::atomic<bool> evicted_{false};
 };
 
 void start_session(const std::shared_ptr<State>& state, tcp::socket socket) {
@@ -672,6 +692,28 @@ void close_sessions(State& state, bool force) {
       if (auto s = weak.lock()) live.push_back(std::move(s));
   }
   for (auto& s : live) s->close(force);
+}
+
+bool evict_idle_session(State& state) {
+  if (state.evicting.load() >= kMaxEvicting) return false;
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    live.reserve(state.sessions.size());
+    for (auto& [ptr, weak] : state.sessions)
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+  }
+  // The longest waiting first; one that starts handling a request meanwhile is skipped.
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+    const int64_t x = a->waiting_since(), y = b->waiting_since();
+    return (x != 0 && y == 0) || (x != 0 && y != 0 && x < y);
+  });
+  for (auto& s : live) {
+    const int64_t since = s->waiting_since();
+    if (since == 0) break;
+    if (s->evict(since)) return true;
+  }
+  return false;
 }
 
 }  // namespace http_server_internal

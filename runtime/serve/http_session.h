@@ -7,6 +7,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -31,7 +33,13 @@ class Session;
 
 struct State {
   net::io_context ioc;  // first member: destroyed last
+  // The accept loop (http_server.cpp) runs on this strand: the acceptor, the timer that spaces
+  // out retries after a failed accept, and the fields below it.
+  net::strand<net::io_context::executor_type> accept_strand{net::make_strand(ioc)};
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_timer;
+  std::chrono::milliseconds accept_backoff{0};  // 0: the last accept succeeded
+  int64_t burst_failures = 0;                   // failed accepts since the last success
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
 
@@ -49,6 +57,8 @@ struct State {
   std::atomic<bool> shut_down{false};
   std::atomic<int64_t> active{0};
   std::atomic<int64_t> connections{0};
+  std::atomic<int64_t> failed_accepts{0};  // ever (HttpServer::failed_accepts)
+  std::atomic<int64_t> evicting{0};        // idle connections closed for new ones, not yet gone
 
   std::mutex mu;  // guards sessions
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
@@ -67,5 +77,12 @@ void start_session(const std::shared_ptr<State>& state, tcp::socket socket);
 
 // Closes every open connection: force = false lets a running generation finish first.
 void close_sessions(State& state, bool force);
+
+// At the connection cap: closes the connection that has waited longest for its next request (or
+// for the rest of one), so that a new client is served instead of refused; nginx does the same
+// with idle keep-alive connections. False when every connection is busy, or when kMaxEvicting
+// closes are already under way (so open connections stay under the cap + kMaxEvicting).
+inline constexpr int64_t kMaxEvicting = 16;
+bool evict_idle_session(State& state);
 
 }  // namespace ltm::http_server_internal

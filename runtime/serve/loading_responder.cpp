@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <optional>
@@ -78,15 +79,27 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 struct LoadingResponder::State {
   net::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> retry;
+  std::chrono::milliseconds backoff{0};
   std::thread thread;
 
   void accept() {
     acceptor->async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-      if (!ec) {
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the acceptor's
-        std::make_shared<Exchange>(std::move(socket))->run();
+      if (ec) {
+        // EMFILE and the like leave the connection queued: retrying at once would spin
+        // (the same backoff as the HttpServer's, http_server.cpp).
+        backoff = backoff.count() == 0 ? std::chrono::milliseconds(5)
+                                       : std::min(backoff * 2, std::chrono::milliseconds(100));
+        retry->expires_after(backoff);
+        retry->async_wait([this](boost::system::error_code wait_ec) {
+          if (!wait_ec && acceptor->is_open()) accept();
+        });
+        return;
       }
+      backoff = std::chrono::milliseconds(0);
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // as the acceptor's
+      std::make_shared<Exchange>(std::move(socket))->run();
       accept();
     });
   }
@@ -98,6 +111,7 @@ LoadingResponder::~LoadingResponder() {
   net::post(state_->ioc, [s = state_.get()] {
     boost::system::error_code ignored;
     s->acceptor->close(ignored);
+    s->retry->cancel();
   });
   state_->ioc.stop();
   if (state_->thread.joinable()) state_->thread.join();
@@ -113,6 +127,7 @@ absl::StatusOr<std::unique_ptr<LoadingResponder>> LoadingResponder::start(
   const tcp::endpoint endpoint(net::ip::make_address(parsed->ip),
                                static_cast<unsigned short>(parsed->port));
   state->acceptor.emplace(state->ioc);
+  state->retry.emplace(state->ioc);
   state->acceptor->open(endpoint.protocol(), ec);
   // Close-on-exec: MPI_Init, which comes later, starts helper processes (a singleton's orted)
   // that would otherwise inherit the socket and keep the port bound after we close it.

@@ -291,7 +291,23 @@ TEST_F(WatchdogRun, MpiErrorBringsTheGroupDownWithItsMessage) {
       run.output,
       ContainsRegex("ltm: " + host_ +
                     ":[23]: MPI recv\\(src=0,tag=9\\) on group pp failed: MPI_ERR_TRUNCATE: "
-                    "message truncated \\(.*parallel/[a-z_]+\\.cpp:[0-9]+\\)"));
+                    "message truncated \\(peer: rank [01] on " + host_ +
+                    "\\) \\(.*parallel/[a-z_]+\\.cpp:[0-9]+\\)"));
+}
+
+TEST_F(WatchdogRun, BrokenPipeWhileWaitingAbortsTheGroupNamingThePeers) {
+  // Rank 1 takes a SIGPIPE (what Open MPI's writev to a vanished peer raises), then waits in its
+  // TP all-reduce for rank 0, which never comes: the group goes down at once with exit 5, not
+  // after the 60 s timeout, and not by the signal (141).
+  const RunResult run = run_victim({"pipe", "1", "all_reduce", "60"}, 60);
+  std::printf("broken pipe: exit %d after %.2f s\n", run.exit_code, run.seconds);
+  EXPECT_EQ(run.exit_code, kExitMpiFailure) << run.output;
+  EXPECT_LT(run.seconds, 30) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("ltm: " + host_ +
+                        ":1: a connection to a peer broke (EPIPE, \"Broken pipe\") while this "
+                        "rank waited in all_reduce_sum on group tp; a peer rank or its node was "
+                        "lost; aborting the group (members: ranks 0, 1 on " + host_ + ")"));
 }
 
 TEST_F(WatchdogRun, FailedAssertTakesTheGroupDownThroughTheGroupAbort) {

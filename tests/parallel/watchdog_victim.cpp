@@ -12,6 +12,9 @@
 //                  timeout): must end with the "MPI ... failed" message, exit 2
 //         assert   the victim fails an LTM_ASSERT, the others wait in <op>: the group must go
 //                  down through the group abort (exit 7, host and rank named), not SIGABRT
+//         pipe     the victim takes a SIGPIPE (as Open MPI's writev to a vanished peer does),
+//                  then waits in <op> for peers that never come: must end with the broken-pipe
+//                  message, exit 5, long before <timeout s>
 //         orphan   every other rank waits in recv_wait forever (rank 0 sleeps); the test kills
 //                  mpirun and checks the ranks go away (each writes <pid dir>/rank<r>.pid, and
 //                  its stderr goes to <pid dir>/rank<r>.err, since mpirun no longer forwards it)
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 
 namespace {
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(
         stderr,
-        "usage: %s <hang|kill|ok|idle|truncate|assert|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
+        "usage: %s <hang|kill|ok|idle|truncate|pipe|assert|orphan> <victim rank> <op> <timeout s> [pid dir]\n",
         argv[0]);
     return 64;
   }
@@ -118,6 +122,13 @@ int main(int argc, char** argv) {
     if (layout->pp_rank() == 0) world.pp().send(buffer.data(), 3072, 1, 9);
     if (layout->pp_rank() == 1) world.pp().recv(buffer.data(), 1024, 0, 9);
     world.world().barrier();
+    return 0;
+  }
+  if (mode == "pipe") {
+    if (world.rank() != victim) sleep_forever();
+    ltm::parallel::watch_broken_pipes();
+    raise(SIGPIPE);
+    run_op(op, world, *layout);
     return 0;
   }
   if (world.rank() == victim) {

@@ -144,6 +144,11 @@ def test_one_node_job_serves_at_the_published_address(cluster, model, expected):
     (dict(LTM_EXTRA_FLAGS="--threads 1 --weight-dtype f8"), 2, "--weight-dtype must be f32, bf16 or fp16, not 'f8'"),
     (dict(TP=4, PP=1), 2, "tp 4 x pp 1 is 4 ranks, but the job has 2 tasks"),
     (dict(MODEL="/nonexistent/model"), 6, "/nonexistent/model"),
+    # Nobody gets in by default: the script refuses a public address with neither a key nor TLS,
+    # and ltm-worker itself a public --http given past the script's check.
+    (dict(LISTEN_HOST="0.0.0.0"), 2, "LISTEN_HOST 0.0.0.0 can be reached from other hosts"),
+    (dict(LTM_EXTRA_FLAGS="--threads 1 --http 0.0.0.0:18000"), 2,
+     "--http 0.0.0.0:18000 can be reached from other hosts"),
 ])
 def test_operator_errors_end_with_their_code_and_are_not_requeued(cluster, model, env, code,
                                                                    message):
@@ -205,9 +210,12 @@ def test_killed_rank_ends_the_run_non_zero_and_requeues_the_job(cluster, model, 
 @pytest.mark.skipif(netns.skip_reason() is not None, reason=netns.skip_reason() or "")
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_two_node_job_tp_inside_pp_across(tmp_path, model, expected, launch):
+    key = tmp_path / "api.key"
+    key.write_text("slurm-two-node-key-0123456789\n")
     with netns.Hosts(2) as hosts, two_node_cluster(tmp_path, hosts) as cluster:
         job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
-                             env=job_env(model, LISTEN_HOST="0.0.0.0", LAUNCH=launch))
+                             env=job_env(model, LISTEN_HOST="0.0.0.0", LAUNCH=launch,
+                                         LTM_API_KEY_FILE=key))
         address = wait_address(cluster, job)
         assert address.startswith(hosts[0].addr + ":"), address  # rank 0: the first node
         log = cluster.job_log(job)
@@ -218,10 +226,13 @@ def test_two_node_job_tp_inside_pp_across(tmp_path, model, expected, launch):
         assert placed == {0: "h0", 1: "h0", 2: "h1", 3: "h1"}, placed
         for rank in range(4):
             assert f"rank {rank} (tp {rank % 2}, pp {rank // 2})" in log, log
-        # A client on the other host, through the bridge.
-        p = hosts[1].run([CLIENT, "--server", address, "--prompt-ids", ",".join(map(str, PROMPT)),
-                          "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
-                          "--logprobs", "--no-stream", "--timeout-s", "120"], check=False)
+        # A client on the other host, through the bridge: refused without the key, served with it.
+        args = [CLIENT, "--server", address, "--prompt-ids", ",".join(map(str, PROMPT)),
+                "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos",
+                "--logprobs", "--no-stream", "--timeout-s", "120"]
+        p = hosts[1].run(args, check=False)
+        assert p.returncode != 0 and "UNAUTHENTICATED" in p.stderr, p.stderr
+        p = hosts[1].run([*args, "--api-key-file", str(key)], check=False)
         assert p.returncode == 0, f"{p.stderr}\n{cluster.job_log(job)}"
         ids = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("token ")]
         assert ids == expected, f"{p.stderr}\n{cluster.job_log(job)}"
@@ -239,8 +250,11 @@ def test_lost_node_ends_the_run_non_zero_and_the_job_runs_again(tmp_path, model,
     with netns.Hosts(2) as hosts, two_node_cluster(tmp_path, hosts) as cluster:
         job = cluster.sbatch(["--nodes=2", "--ntasks-per-node=2", SCRIPT],
                              env=job_env(model, LISTEN_HOST="0.0.0.0", LTM_MAX_REQUEUES=1,
-                                         COLLECTIVE_TIMEOUT=20))
+                                         COLLECTIVE_TIMEOUT=20, LTM_INSECURE_PUBLIC=1))
         wait_address(cluster, job)
+        # Served to anyone, as asked (LTM_INSECURE_PUBLIC=1), and said so.
+        cluster.wait_for(lambda: "--insecure-public: the gRPC API on" in cluster.job_log(job), 30,
+                         f"job {job.id}'s --insecure-public warning")
         t0 = time.monotonic()
         hosts[1].kill_all()
         state = {}
@@ -253,8 +267,13 @@ def test_lost_node_ends_the_run_non_zero_and_the_job_runs_again(tmp_path, model,
         cluster.wait_for(requeued, 120, f"job {job.id} to be requeued")
         print(f"lost node: the job was requeued {time.monotonic() - t0:.1f} s after the kill")
         log = cluster.job_log(job)
-        assert re.search(r"the group exited (3|4|5|137|141) \(.*\): requeueing \(restart 1 of 1\)",
+        # Rank 0 was sending to h1's ranks: its write fails with EPIPE (no death by SIGPIPE, 141),
+        # and the group abort names the lost peer and exits 5 (parallel/watchdog.h).
+        assert re.search(r"ltm: h0:0: a connection to a peer broke \(EPIPE, \"Broken pipe\"\) "
+                         r"while this rank waited in .*aborting the group \(peer: rank [23] on h1\)",
                          log), log
+        assert "the group exited 5 (an MPI call failed (a rank or its link was lost)): requeueing " \
+               "(restart 1 of 1)" in log, log
         cluster.start_slurmd(cluster.nodes[1])  # the node comes back (rebooted)
         address = wait_address(cluster, job)
         p = hosts[1].run([CLIENT, "--server", address, "--prompt-ids", ",".join(map(str, PROMPT)),

@@ -5,12 +5,15 @@
 #include "runtime/serve/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -107,6 +110,9 @@ class Client {
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+  }
+  bool try_send(const std::string& s) {
+    return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
   }
   void send(const std::string& s) { ASSERT_EQ(::send(fd_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size())); }
   void post(const std::string& path, const std::string& body) {
@@ -277,26 +283,96 @@ TEST_F(HttpServerTest, QueueFullDrainingAndHealth) {
   EXPECT_THAT(h.response(), HasSubstr(R"({"status":"draining"})"));
 }
 
-TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreClosed) {
+TEST_F(HttpServerTest, AtTheLimitTheLongestIdleConnectionMakesRoomOrANewOneIsClosed) {
   HttpServerOptions o;
   o.address = "127.0.0.1:0";
   o.max_connections = 2;
   absl::StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::start(o, sink_, tokenizer_, info_);
   ASSERT_TRUE(s.ok()) << s.status();
-  Client a((*s)->port()), b((*s)->port());
+  // Two idle keep-alive connections fill the server; a third client closes the older one.
+  Client a((*s)->port());
   a.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
-  b.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
   EXPECT_THAT(a.response(), HasSubstr("200 OK"));
-  EXPECT_THAT(b.response(), HasSubstr("200 OK"));
+  Client b((*s)->port());
+  // Twice: b's wait for its next request surely starts after a's (a's starts when the server
+  // has written a's answer, which may be a moment after a has read it).
+  for (int i = 0; i < 2; ++i) {
+    b.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+    EXPECT_THAT(b.response(), HasSubstr("200 OK"));
+  }
   EXPECT_TRUE(eventually([&] { return (*s)->connections() == 2; }));
   Client c((*s)->port());
-  EXPECT_EQ(c.response(), "");  // closed at once, nothing read
-  EXPECT_EQ((*s)->connections(), 2);
-  a.close();
-  EXPECT_TRUE(eventually([&] { return (*s)->connections() == 1; }));
-  Client d((*s)->port());
-  d.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
-  EXPECT_THAT(d.response(), HasSubstr("200 OK"));
+  c.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_THAT(c.response(), HasSubstr("200 OK"));
+  EXPECT_EQ(a.response(), "");  // closed for c
+  b.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_THAT(b.response(), HasSubstr("200 OK"));
+  EXPECT_TRUE(eventually([&] { return (*s)->connections() == 2; }));
+
+  // Both busy (generating): a new connection is closed at once, nothing read.
+  b.post("/v1/completions", R"({"prompt": "hi"})");
+  c.post("/v1/completions", R"({"prompt": "hi"})");
+  {
+    FakeSink::Call first = sink_.take(), second = sink_.take();
+    Client d((*s)->port());
+    EXPECT_EQ(d.response(), "");
+    EXPECT_EQ((*s)->connections(), 2);
+    first.on_event(final_event(FinishReason::kLength, 1, 0));
+    second.on_event(final_event(FinishReason::kLength, 1, 0));
+  }  // the callbacks hold their connections' state
+  EXPECT_THAT(b.response(), HasSubstr("200 OK"));
+  EXPECT_THAT(c.response(), HasSubstr("200 OK"));
+  // Idle again (once the server has written both answers): a new client is served, the longer
+  // idle of the two making room.
+  EXPECT_TRUE(eventually([&] {
+    Client e((*s)->port());
+    return e.try_send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n") &&
+           e.response().find("200 OK") != std::string::npos;
+  }));
+}
+
+// accept() failing with EMFILE leaves the connection queued, so the listener stays readable: the
+// server must wait between tries (5 ms doubling to 100 ms), not retry in a loop, and accept the
+// connection once a descriptor is free again.
+TEST_F(HttpServerTest, AFailedAcceptIsRetriedWithBackoffNotInALoop) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 1024);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  // Fill the descriptor table, then free one slot for the client's socket: the server's accept
+  // finds none.
+  std::vector<int> fillers;
+  for (int i = 0; i < 4096; ++i) {
+    const int fd = ::open("/dev/null", O_RDONLY);
+    if (fd < 0) break;
+    fillers.push_back(fd);
+  }
+  ASSERT_GT(fillers.size(), 1u);
+  ::close(fillers.back());
+  fillers.pop_back();
+  const int64_t failed_before = server_->failed_accepts();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Client c(server_->port());
+    ASSERT_TRUE(eventually([&] { return server_->failed_accepts() > failed_before; }));
+    std::this_thread::sleep_for(300ms);
+    const int64_t failed = server_->failed_accepts() - failed_before;
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0).count();
+    // Backoff: a handful of tries per 100 ms (waits of 5, 10, 20, 40, 80, 100, 100, ... ms);
+    // a loop would make tens of thousands. The bound allows 2 tries per 100 ms waited.
+    EXPECT_GE(failed, 1);
+    EXPECT_LE(failed, 8 + static_cast<int64_t>(ms / 50)) << "over " << ms << " ms";
+    EXPECT_EQ(server_->connections(), 0);
+    // A descriptor comes free: the next try accepts the waiting connection.
+    ::close(fillers.back());
+    fillers.pop_back();
+    c.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+    EXPECT_THAT(c.response(), HasSubstr("200 OK"));
+  }
+  for (int fd : fillers) ::close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
 }
 
 TEST_F(HttpServerTest, FinalEventAfterTheServerIsGone) {
