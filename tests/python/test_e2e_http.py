@@ -541,9 +541,12 @@ def test_api_key_queue_full_and_draining(long_model, tmp_path):
     key = "s3cret-key-for-tests"
     key_file = tmp_path / "key"
     key_file.write_text(key + "\n")
+    # The drain timeout is far above the long stream's length on any machine (3 s in a Release
+    # build, over 60 s under ASan on a 2-core AMD EPYC, where a 60 s timeout cut it at 927 tokens):
+    # this test is about a stream that drains whole; test_e2e_lifecycle covers the cut.
     srv = HttpServer(long_model, api_key=key, name="limits", log_dir=str(tmp_path),
                      extra=["--kv-memory-mb", 8, "--max-running", 1, "--max-queue", 1,
-                            "--api-key-file", str(key_file), "--drain-timeout", 60],
+                            "--api-key-file", str(key_file), "--drain-timeout", 600],
                      client_options={"api_key": key})
     with srv:
         # API key: needed on /v1/* and /metrics, not on /health.
