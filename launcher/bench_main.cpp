@@ -32,7 +32,7 @@
 #include "common/version.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/scheduler.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "launcher/model_setup.h"
 #include "launcher/worker_options.h"
-#include "runtime/serve/engine_info.h"
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/engine_info.h"
+#include "runtime/sched/scheduler.h"
 
 namespace ltm {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/scheduler.h"
 
 namespace ltm {
 namespace {

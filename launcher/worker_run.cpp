@@ -27,9 +27,9 @@
 #include "runtime/serve/grpc_server.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/loading_responder.h"
-#include "runtime/serve/metrics.h"
+#include "runtime/sched/metrics.h"
 #include "runtime/model/npy.h"
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/scheduler.h"
 #include "runtime/text/tokenizer.h"
 #include "spdlog/spdlog.h"
 

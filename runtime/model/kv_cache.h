@@ -1,5 +1,5 @@
 // Paged KV cache storage for this rank's layers and heads, and how many blocks a rank holds.
-// (Which block a sequence gets is rank 0's business: runtime/serve/block_allocator.h.)
+// (Which block a sequence gets is rank 0's business: runtime/sched/block_allocator.h.)
 //
 // Storage (every rank): per local layer, K and V each [n_blocks, n_head_local, block_size, d_k]
 // (device memory), elements of `precision` (f32, or bf16/fp16: half the bytes to read per

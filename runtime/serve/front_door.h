@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/serve/engine_info.h"
+#include "runtime/sched/engine_info.h"
 #include "runtime/serve/request_validation.h"
 #include "runtime/text/tokenizer.h"
 

@@ -47,9 +47,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/serve/engine_info.h"
-#include "runtime/serve/metrics.h"
-#include "runtime/serve/request.h"
+#include "runtime/sched/engine_info.h"
+#include "runtime/sched/metrics.h"
+#include "runtime/sched/request.h"
 #include "runtime/text/tokenizer.h"
 
 namespace grpc {
@@ -79,7 +79,7 @@ struct GrpcServerOptions {
   std::string tls_client_ca_file;
   std::string api_key;                        // non-empty: "authorization: Bearer <key>" required
   bool reflection = false;                    // serve grpc.reflection (no API key check)
-  // Counts every Generate/GenerateStream call by outcome when set (runtime/serve/metrics.h);
+  // Counts every Generate/GenerateStream call by outcome when set (runtime/sched/metrics.h);
   // must outlive the server.
   ServeMetrics* metrics = nullptr;
 };

@@ -43,9 +43,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/serve/engine_info.h"
-#include "runtime/serve/metrics.h"
-#include "runtime/serve/request.h"
+#include "runtime/sched/engine_info.h"
+#include "runtime/sched/metrics.h"
+#include "runtime/sched/request.h"
 #include "runtime/text/tokenizer.h"
 
 namespace ltm {

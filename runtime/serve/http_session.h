@@ -21,7 +21,7 @@
 
 #include "runtime/serve/front_door.h"
 #include "runtime/serve/http_server.h"
-#include "runtime/serve/metrics.h"
+#include "runtime/sched/metrics.h"
 #include "runtime/serve/openai_api.h"
 
 namespace ltm::http_server_internal {

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/serve/request.h"
+#include "runtime/sched/request.h"
 #include "runtime/serve/request_validation.h"
 #include "runtime/text/tokenizer.h"
 

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ltm/v1/ltm.pb.h"
-#include "runtime/serve/request.h"
+#include "runtime/sched/request.h"
 #include "runtime/text/tokenizer.h"
 
 namespace ltm {

@@ -21,10 +21,10 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/model/kv_cache.h"
-#include "runtime/serve/adapters.h"
-#include "runtime/serve/block_allocator.h"
-#include "runtime/serve/metrics.h"
-#include "runtime/serve/request.h"
+#include "runtime/sched/adapters.h"
+#include "runtime/sched/block_allocator.h"
+#include "runtime/sched/metrics.h"
+#include "runtime/sched/request.h"
 #include "runtime/text/stop_strings.h"
 #include "runtime/text/tokenizer.h"
 
@@ -36,7 +36,7 @@ struct SchedulerOptions {
   int32_t max_queue = 256;         // waiting requests before RESOURCE_EXHAUSTED
   int32_t micro_batches = 1;       // plans in flight at once: the pipeline depth (pp) keeps every stage busy
   double keepalive_s = 0;          // serve(): a keep-alive plan after this long idle (<= 0: none)
-  // Latencies, token counts and step times are observed here when set (runtime/serve/metrics.h);
+  // Latencies, token counts and step times are observed here when set (runtime/sched/metrics.h);
   // it must outlive the scheduler.
   ServeMetrics* metrics = nullptr;
   int32_t lora_max_rank = 64;      // adapters of a higher rank are refused

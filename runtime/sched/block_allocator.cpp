@@ -1,4 +1,4 @@
-#include "runtime/serve/block_allocator.h"
+#include "runtime/sched/block_allocator.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,5 +1,5 @@
 // Adapter names: resolve_adapter_dir refuses every name that could leave --lora-dir.
-#include "runtime/serve/adapters.h"
+#include "runtime/sched/adapters.h"
 
 #include <unistd.h>
 

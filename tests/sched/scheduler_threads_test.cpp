@@ -2,8 +2,8 @@
 // the step thread serves (with preemption: the KV cache holds far fewer blocks than the running
 // requests want), then stop() drains it. Each request gets exactly one final event, nothing after
 // it, and as many tokens as its usage says. A real one-rank engine on a tiny random model runs the
-// steps. Written for ThreadSanitizer above all (scripts/test_tsan runs every tests/serve test):
-// it is what puts the scheduler's cross-thread paths under TSan; ctest runs it too.
+// steps. Written for ThreadSanitizer above all (scripts/test_tsan runs every test of tests/serve
+// and tests/sched): it puts the scheduler's cross-thread paths under TSan; ctest runs it too.
 // (The scheduler's behaviour step by step is for a fake-engine suite, issue 21.)
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -24,7 +24,7 @@
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/model/weight_source.h"
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/scheduler.h"
 
 namespace ltm {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runtime/model/model_config.h"
-#include "runtime/serve/adapters.h"
+#include "runtime/sched/adapters.h"
 
 namespace ltm {
 

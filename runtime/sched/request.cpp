@@ -1,4 +1,4 @@
-#include "runtime/serve/request.h"
+#include "runtime/sched/request.h"
 
 namespace ltm {
 

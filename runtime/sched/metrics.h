@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/serve/engine_info.h"
+#include "runtime/sched/engine_info.h"
 
 namespace ltm {
 

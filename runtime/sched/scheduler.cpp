@@ -1,4 +1,4 @@
-#include "runtime/serve/scheduler.h"
+#include "runtime/sched/scheduler.h"
 
 #include <algorithm>
 

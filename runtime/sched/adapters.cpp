@@ -1,4 +1,4 @@
-#include "runtime/serve/adapters.h"
+#include "runtime/sched/adapters.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,7 +1,7 @@
-// ServeMetrics (runtime/serve/metrics.h): the Prometheus text it renders, line by line — HELP and
+// ServeMetrics (runtime/sched/metrics.h): the Prometheus text it renders, line by line — HELP and
 // TYPE before every family, cumulative histogram buckets ending in +Inf == _count, label
 // escaping, counters and live gauges. (The e2e test also parses it with prometheus_client.)
-#include "runtime/serve/metrics.h"
+#include "runtime/sched/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

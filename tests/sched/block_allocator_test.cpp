@@ -1,6 +1,6 @@
 // The block allocator the scheduler uses: lowest free ids first, all-or-nothing allocation,
 // released blocks come back, and the count of free blocks stays exact.
-#include "runtime/serve/block_allocator.h"
+#include "runtime/sched/block_allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/serve/metrics.h"
+#include "runtime/sched/metrics.h"
 
 #include <algorithm>
 #include <cmath>
