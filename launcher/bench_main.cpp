@@ -184,6 +184,8 @@ int main(int argc, char** argv) {
   sopts.max_running = batch;
   sopts.max_queue = batch;  // every sequence is queued before the run
   sopts.micro_batches = 1;
+  // Every pass sends the same prompts: the bench measures computing them, not reusing them.
+  sopts.prefix_cache = false;
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = std::max<int32_t>(16, static_cast<int32_t>(o.lora.size()));
   ltm::Scheduler scheduler(*rs.engine, nullptr, c, rs.n_blocks, o.block_size, sopts);

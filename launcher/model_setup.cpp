@@ -222,14 +222,17 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   return rs;
 }
 
-std::string memory_report(const RankSetup& rs, int block_size) {
+std::string memory_report(const RankSetup& rs, int block_size, bool prefix_cache) {
   const auto mib = [](uint64_t b) { return absl::StrFormat("%.1f MiB", b / 1048576.0); };
   const parallel::WorldLayout& l = rs.world->layout();
   return absl::StrCat("rank ", rs.world->rank(), " (tp ", l.tp_rank(), ", pp ", l.pp_rank(),
                       "): weights ", mib(rs.weight_bytes), " ",
                       precision_name(rs.model->weight_precision()), ", KV cache ",
                       mib(rs.kv_bytes), " ", precision_name(rs.kv_precision), " (",
-                      rs.n_blocks, " blocks of ", block_size, " tokens), resident ",
+                      rs.n_blocks, " blocks of ", block_size, " tokens",
+                      prefix_cache ? "; prefix cache on: free blocks keep full prefixes until "
+                                     "they are needed" : "",
+                      "), resident ",
                       mib(rs.resident_bytes), " (peak ", mib(rs.peak_resident_bytes), "), loaded in ",
                       absl::StrFormat("%.1f s", rs.load_seconds));
 }

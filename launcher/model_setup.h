@@ -62,7 +62,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& optio
 
 // "rank 0 (tp 0, pp 0): weights 498.0 MiB, KV cache 72.0 MiB (48 blocks of 16 tokens), resident
 // 590.1 MiB (peak 602.3 MiB)": the start-up memory report of a rank.
-std::string memory_report(const RankSetup& rs, int block_size);
+// With prefix_cache, the KV part says that free blocks may hold cached prefixes (a server's
+// ltm_kv_blocks_cached and GetModelInfo's kv_blocks_cached count them as it runs).
+std::string memory_report(const RankSetup& rs, int block_size, bool prefix_cache = false);
 
 // The model config named by --model: DIR/config.json, or a .json file (random weights).
 absl::StatusOr<ModelConfig> load_config_for(const std::string& model);

@@ -43,6 +43,7 @@ struct WorkerOptions {
   int32_t max_batch_tokens = 512;
   int32_t max_running = 64;
   int32_t micro_batches = 0;   // plans in flight; 0: pp (keeps every pipeline stage busy)
+  std::string prefix_cache = "on";  // on | off: reuse cached KV blocks of shared prefixes
   // Element types: "" = the default (weights: the checkpoint's dtype, f32 for a config-only
   // model; KV cache: f32 with f32 weights, fp16 with 16-bit weights), else f32 | bf16 | fp16.
   std::string weight_dtype;

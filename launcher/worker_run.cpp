@@ -206,6 +206,9 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
                          o.keepalive_s, &metrics};
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
+  sopts.prefix_cache = o.prefix_cache == "on";
+  const std::string kv_name = precision_name(rs.kv_precision);
+  sopts.cache_salt = hash_bytes(kv_name.data(), kv_name.size());
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size, sopts);
   if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
     std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());
@@ -225,12 +228,15 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     LiveStats l;
     l.engine.kv_blocks_total = s.kv_blocks_total;
     l.engine.kv_blocks_free = s.kv_blocks_free;
+    l.engine.kv_blocks_cached = s.kv_blocks_cached;
     l.engine.kv_block_size = s.block_size;
     l.engine.queue_depth = s.queue_depth;
     l.engine.running = s.running;
     l.engine.requests_served = s.requests_served;
     l.preemptions = s.preemptions;
     l.steps = s.steps;
+    l.prefix_cache_query_tokens = s.prefix_cache_query_tokens;
+    l.prefix_cache_hit_tokens = s.prefix_cache_hit_tokens;
     return l;
   });
   info.stats = [&scheduler] {
@@ -238,6 +244,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     EngineStats e;
     e.kv_blocks_total = s.kv_blocks_total;
     e.kv_blocks_free = s.kv_blocks_free;
+    e.kv_blocks_cached = s.kv_blocks_cached;
     e.kv_block_size = s.block_size;
     e.queue_depth = s.queue_depth;
     e.running = s.running;
@@ -392,7 +399,8 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   RankSetup& rs = **setup;
   // Each rank reports its memory at start-up when serving (or asked to be verbose).
   if (!o.listen.empty() || o.verbose)
-    spdlog::info("{}", memory_report(rs, o.block_size));
+    spdlog::info("{}", memory_report(rs, o.block_size,
+                                     !o.listen.empty() && o.prefix_cache == "on"));
   if (rs.world->rank() != 0) {
     if (!o.listen.empty()) {
       // A server's other ranks stop when rank 0 releases them after draining; the signals that

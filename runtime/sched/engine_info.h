@@ -20,7 +20,8 @@ namespace ltm {
 // Live numbers, sampled at the time of the call.
 struct EngineStats {
   int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_free = 0;   // cached ones included
+  int64_t kv_blocks_cached = 0; // free blocks kept for prefix reuse (evicted when needed)
   int32_t kv_block_size = 0;    // tokens per KV block
   int32_t queue_depth = 0;      // requests waiting to be admitted
   int32_t running = 0;          // sequences in the running batch

@@ -194,6 +194,15 @@ std::string ServeMetrics::render() const {
          static_cast<double>(live.engine.kv_blocks_total - live.engine.kv_blocks_free));
   scalar(out, "ltm_kv_blocks_total", "gauge", "KV cache blocks in all.",
          static_cast<double>(live.engine.kv_blocks_total));
+  scalar(out, "ltm_kv_blocks_cached", "gauge",
+         "KV cache blocks no request holds, kept for prefix reuse (counted as free).",
+         static_cast<double>(live.engine.kv_blocks_cached));
+  scalar(out, "ltm_prefix_cache_query_tokens_total", "counter",
+         "Context tokens of admitted requests that looked up the prefix cache.",
+         static_cast<double>(live.prefix_cache_query_tokens));
+  scalar(out, "ltm_prefix_cache_hit_tokens_total", "counter",
+         "Of those, tokens whose KV was found cached and not computed.",
+         static_cast<double>(live.prefix_cache_hit_tokens));
 
   histogram(out, "ltm_time_to_first_token_seconds",
             "From a request's arrival at the scheduler to its first generated token.", ttft_);

@@ -10,7 +10,8 @@
 //     outcome: ok | invalid | unauthenticated | queue_full | unavailable | cancelled | error
 //   prompt_tokens_total, generation_tokens_total          counters
 //   preemptions_total, steps_total                         counters (from the stats callback)
-//   queue_depth, running_sequences, kv_blocks_used, kv_blocks_total   gauges
+//   prefix_cache_query_tokens_total, prefix_cache_hit_tokens_total   counters (stats callback)
+//   queue_depth, running_sequences, kv_blocks_used, kv_blocks_total, kv_blocks_cached   gauges
 //   time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds,
 //   step_seconds, allreduce_seconds (per step, rank 0's TP all-reduces)   histograms
 //   build_info{version,layout,weight_dtype,kv_dtype} 1     gauge
@@ -80,6 +81,8 @@ struct LiveStats {
   EngineStats engine;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  int64_t prefix_cache_query_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
 };
 
 class ServeMetrics {

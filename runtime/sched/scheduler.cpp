@@ -1,6 +1,7 @@
 #include "runtime/sched/scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -28,6 +29,13 @@ struct Scheduler::Sequence {
   bool finished = false;
   bool busy = false;  // in a plan that is still in flight
   int32_t adapter_id = 0;    // LoRA adapter (0: the base model); kept through preemption
+  // Prefix cache: the chain's root (adapter and its load, KV dtype), the chain through its
+  // first n_registered blocks (registered, or equal to registered ones), and whether it may
+  // reuse cached blocks (not when it scores its prompt: those rows must be computed).
+  uint64_t salt = 0;
+  BlockAllocator::Chain chain;
+  int32_t n_registered = 0;
+  bool reuse = true;
   absl::Status abort;        // set: end with kError and this status at the next reap
   // This step's share (filled while planning).
   int32_t chunk = 0;
@@ -88,6 +96,12 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
       it->second.status.active_requests++;
     }
     seq->id = next_seq_id_++;
+    if (seq->adapter_id != 0) {
+      const std::string& name = seq->req.adapter;
+      seq->salt = hash_bytes(name.data(), name.size(), seq->adapter_id);
+    }
+    seq->salt ^= options_.cache_salt;
+    seq->reuse = options_.prefix_cache && !seq->req.score_prompt && !seq->req.return_prompt_logits;
     incoming_.push_back(std::move(seq));
     stats_.queue_depth++;
   }
@@ -185,10 +199,47 @@ void Scheduler::reap_cancelled() {
   }
 }
 
+bool Scheduler::admit_blocks(Sequence* seq) {
+  const int32_t n = static_cast<int32_t>(seq->tokens.size());
+  seq->chain = BlockAllocator::root(seq->salt);
+  std::vector<int32_t> hit;
+  if (seq->reuse)  // at least the last token is computed: its row is sampled
+    hit = blocks_.lookup(seq->tokens, block_size_, (n - 1) / block_size_, &seq->chain);
+  const int32_t n_hit = static_cast<int32_t>(hit.size());
+  // The whole current context must fit, so that admission does not cause preemption; reused
+  // blocks nobody held stop counting as free.
+  if (blocks_for(n + 1, block_size_) - n_hit + blocks_.n_unheld(hit) > blocks_.n_free())
+    return false;
+  blocks_.acquire(hit);
+  seq->blocks = std::move(hit);
+  seq->n_computed = n_hit * block_size_;  // the first computed position starts a fresh block
+  seq->n_registered = n_hit;
+  if (seq->reuse) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.prefix_cache_query_tokens += n;
+    stats_.prefix_cache_hit_tokens += seq->n_computed;
+  }
+  return true;
+}
+
+void Scheduler::register_full_blocks(Sequence* seq) {
+  for (const int32_t full = seq->n_computed / block_size_; seq->n_registered < full;
+       ++seq->n_registered) {
+    const int32_t i = seq->n_registered;
+    blocks_.register_block(
+        seq->blocks[i],
+        std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(i) * block_size_,
+                                                      block_size_),
+        &seq->chain);
+  }
+}
+
 void Scheduler::preempt(Sequence* seq) {
   blocks_.release(seq->blocks);
   seq->blocks.clear();
-  seq->n_computed = 0;  // recomputed from its tokens (prompt + generated) when readmitted
+  // Recomputed from its tokens (prompt + generated) when readmitted, but for the blocks still
+  // cached then.
+  seq->n_computed = 0;
   std::lock_guard<std::mutex> lock(mu_);
   stats_.preemptions++;
 }
@@ -226,6 +277,7 @@ bool Scheduler::step() {
   if (!unloads_.empty()) run_adapter_ops();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.kv_blocks_free = blocks_.n_free();
+  stats_.kv_blocks_cached = blocks_.n_cached();
   stats_.running = static_cast<int32_t>(running_.size());
   stats_.queue_depth = static_cast<int32_t>(waiting_.size() + incoming_.size());
   return submitted || engine_.in_flight() > 0 || !running_.empty() || !waiting_.empty() ||
@@ -279,10 +331,12 @@ bool Scheduler::submit_plan() {
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front().get();
-    const int32_t total_blocks = blocks_for(static_cast<int32_t>(seq->tokens.size()) + 1, block_size_);
-    if (total_blocks > blocks_.n_free()) break;
-    const int32_t chunk = std::min(static_cast<int32_t>(seq->tokens.size()), budget);
-    LTM_ASSERT(blocks_.allocate(blocks_for(chunk, block_size_), &seq->blocks));
+    if (!admit_blocks(seq)) break;
+    const int32_t chunk =
+        std::min(static_cast<int32_t>(seq->tokens.size()) - seq->n_computed, budget);
+    LTM_ASSERT(blocks_.allocate(blocks_for(seq->n_computed + chunk, block_size_) -
+                                    static_cast<int32_t>(seq->blocks.size()),
+                                &seq->blocks));
     seq->chunk = chunk;
     budget -= chunk;
     batch.push_back(seq);
@@ -359,6 +413,7 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
   for (Sequence* seq : plan.batch) {
     seq->n_computed += seq->chunk;
     seq->busy = false;
+    if (options_.prefix_cache && !seq->finished) register_full_blocks(seq);
   }
   const int64_t V = config_.vocab_size;
   for (size_t r = 0; r < plan.rows.size(); ++r) {

@@ -42,17 +42,26 @@ struct SchedulerOptions {
   ServeMetrics* metrics = nullptr;
   int32_t lora_max_rank = 64;      // adapters of a higher rank are refused
   int32_t lora_max_adapters = 16;  // resident at once
+  // Automatic prefix caching (--prefix-cache): full blocks stay cached after their sequence
+  // ends, and a request reuses the longest run of them that starts its prompt
+  // (runtime/sched/block_allocator.h). `cache_salt` stands for what else changes K/V in this
+  // process (the KV dtype), mixed into every chain's root.
+  bool prefix_cache = true;
+  uint64_t cache_salt = 0;
 };
 
 struct SchedulerStats {
   int32_t kv_blocks_total = 0;
-  int32_t kv_blocks_free = 0;
+  int32_t kv_blocks_free = 0;    // free to allocate, cached ones included
+  int32_t kv_blocks_cached = 0;  // of those, cached blocks a later request may reuse
   int32_t block_size = 0;
   int32_t queue_depth = 0;
   int32_t running = 0;
   int64_t requests_served = 0;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  int64_t prefix_cache_query_tokens = 0;  // context tokens of admissions that looked up the cache
+  int64_t prefix_cache_hit_tokens = 0;    // of those, found cached (not computed)
 };
 
 class Scheduler final : public RequestSink {
@@ -100,6 +109,11 @@ class Scheduler final : public RequestSink {
   void take_incoming();
   void reap_cancelled();
   void preempt(Sequence* seq);
+  // Admission with the prefix cache: holds the longest run of cached blocks that starts the
+  // sequence's context (at most all but its last token); false (nothing held) when the rest of
+  // its context does not fit the blocks free.
+  bool admit_blocks(Sequence* seq);
+  void register_full_blocks(Sequence* seq);  // its newly computed full blocks, into the cache
   void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
   void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row,

@@ -118,6 +118,7 @@ class Service final
       const EngineStats stats = info.stats();
       out->set_kv_blocks_total(stats.kv_blocks_total);
       out->set_kv_blocks_free(stats.kv_blocks_free);
+      out->set_kv_blocks_cached(stats.kv_blocks_cached);
       out->set_kv_block_size(stats.kv_block_size);
       out->set_queue_depth(stats.queue_depth);
       out->set_running(stats.running);

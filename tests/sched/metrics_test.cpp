@@ -47,10 +47,13 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
     LiveStats l;
     l.engine.kv_blocks_total = 100;
     l.engine.kv_blocks_free = 60;
+    l.engine.kv_blocks_cached = 25;
     l.engine.queue_depth = 3;
     l.engine.running = 5;
     l.preemptions = 7;
     l.steps = 11;
+    l.prefix_cache_query_tokens = 900;
+    l.prefix_cache_hit_tokens = 640;
     return l;
   });
   m.count_request(FrontDoor::kHttp, Outcome::kOk);
@@ -80,6 +83,9 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   EXPECT_EQ(s.at("ltm_running_sequences"), 5);
   EXPECT_EQ(s.at("ltm_kv_blocks_used"), 40);
   EXPECT_EQ(s.at("ltm_kv_blocks_total"), 100);
+  EXPECT_EQ(s.at("ltm_kv_blocks_cached"), 25);
+  EXPECT_EQ(s.at("ltm_prefix_cache_query_tokens_total"), 900);
+  EXPECT_EQ(s.at("ltm_prefix_cache_hit_tokens_total"), 640);
   EXPECT_EQ(s.at(R"(ltm_time_to_first_token_seconds_bucket{le="0.0025"})"), 0);
   EXPECT_EQ(s.at(R"(ltm_time_to_first_token_seconds_bucket{le="0.005"})"), 1);
   EXPECT_EQ(s.at(R"(ltm_inter_token_latency_seconds_bucket{le="120"})"), 1);
@@ -96,7 +102,9 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
        {"ltm_build_info gauge", "ltm_requests_total counter", "ltm_prompt_tokens_total counter",
         "ltm_generation_tokens_total counter", "ltm_preemptions_total counter",
         "ltm_queue_depth gauge", "ltm_running_sequences gauge", "ltm_kv_blocks_used gauge",
-        "ltm_kv_blocks_total gauge", "ltm_time_to_first_token_seconds histogram",
+        "ltm_kv_blocks_total gauge", "ltm_kv_blocks_cached gauge",
+        "ltm_prefix_cache_query_tokens_total counter", "ltm_prefix_cache_hit_tokens_total counter",
+        "ltm_time_to_first_token_seconds histogram",
         "ltm_inter_token_latency_seconds histogram", "ltm_e2e_request_latency_seconds histogram",
         "ltm_step_seconds histogram", "ltm_allreduce_seconds histogram"}) {
     const std::string type_line = std::string("# TYPE ") + family + "\n";

@@ -228,6 +228,7 @@ class GrpcServerTest : public ::testing::Test {
       EngineStats s;
       s.kv_blocks_total = 100;
       s.kv_blocks_free = 60;
+      s.kv_blocks_cached = 9;
       s.kv_block_size = 16;
       s.queue_depth = 2;
       s.running = 5;

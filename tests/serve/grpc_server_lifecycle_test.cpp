@@ -178,6 +178,7 @@ TEST_F(GrpcServerTest, ModelInfo) {
   EXPECT_EQ(info.dtype(), "fp32");
   EXPECT_EQ(info.kv_blocks_total(), 100);
   EXPECT_EQ(info.kv_blocks_free(), 60);
+  EXPECT_EQ(info.kv_blocks_cached(), 9);
   EXPECT_EQ(info.kv_block_size(), 16);
   EXPECT_EQ(info.queue_depth(), 2);
   EXPECT_EQ(info.running(), 5);
