@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/model/kv_cache.h"
+
 namespace ltm {
 namespace {
 

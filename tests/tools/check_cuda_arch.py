@@ -3,7 +3,10 @@
 architecture asked for: what `cuobjdump --list-elf` shows, read here from the fat binaries
 themselves, since a CUDA install need not ship cuobjdump (the CI one does not).
 
-  check_cuda_arch.py --arch 80 --arch 90 FILE...   (FILE: .o, .a (each member apart) or .so)
+  check_cuda_arch.py --arch 80,90 [--absent 1] FILE...   (FILE: .o, .a (each member) or .so)
+
+--absent A: also checks that the checker reports architecture A (one nobody builds for) missing
+from the same objects, so that the test can fail.
 
 A fat binary starts with the magic 0xBA55ED50, a 16-bit header size at +6 and a 64-bit size of
 its entries at +8. Each entry: 16-bit kind at +0 (1 PTX, 2 ELF), 32-bit header size at +4,
@@ -57,10 +60,12 @@ def members(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", type=int, action="append", required=True)
+    ap.add_argument("--arch", required=True, help="comma-separated, e.g. 80,90")
+    ap.add_argument("--absent", type=int, default=None)
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
-    bad, with_code = [], 0
+    args.arch = [int(a) for a in args.arch.split(",") if a]
+    bad, with_code, absent_found = [], 0, 0
     for path in args.files:
         for name, data in members(path):
             entries = fatbin_entries(data)
@@ -68,6 +73,8 @@ def main():
                 continue
             with_code += 1
             elf = sorted({a for k, a in entries if k == "elf"})
+            if args.absent is not None and args.absent in elf:
+                absent_found += 1
             missing = [a for a in args.arch if a not in elf]
             print(f"{name}: elf sm_{', sm_'.join(map(str, elf)) or '-'}; ptx "
                   f"{sorted({a for k, a in entries if k == 'ptx'})}")
@@ -75,6 +82,11 @@ def main():
                 bad.append(f"{name}: no sm_{', sm_'.join(map(str, missing))} machine code")
     if with_code == 0:
         bad.append("no device code found in " + " ".join(args.files))
+    if args.absent is not None:
+        if absent_found:
+            bad.append(f"sm_{args.absent}, which nothing is built for, reported present")
+        else:
+            print(f"ok: the checker reports sm_{args.absent} (not built) missing everywhere")
     for b in bad:
         print("FAIL:", b)
     if bad:

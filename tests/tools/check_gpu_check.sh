@@ -18,26 +18,35 @@ stubs() {
   local d=$1 mode=$2
   mkdir -p "$d/bin" "$d/build/tests" "$d/build/launcher"
   if [ "$mode" = nogpu ]; then
-    printf '#!/bin/sh\necho "NVIDIA-SMI has failed: no devices were found"; exit 9\n' > "$d/bin/nvidia-smi"
+    printf '#!/bin/sh\necho "NVIDIA-SMI has failed: no devices were found"; exit 9\n' \
+      > "$d/bin/nvidia-smi"
   else
     printf '#!/bin/sh\necho "GPU 0: Stub H100 (UUID: GPU-0)"\n' > "$d/bin/nvidia-smi"
   fi
   printf '#!/bin/sh\necho "stub cmake $*"\n' > "$d/bin/cmake"
   local rc=0
   [ "$mode" = pass ] || rc=1
-  for t in kernels_gpu_test cuda_graphs_gpu_test cuda_sampling_gpu_test nccl_gpu_test; do
-    [ "$mode" = fail ] && [ $t = nccl_gpu_test ] && continue
-    printf '#!/bin/sh\necho "[==========] 1 test ran."\necho "[  PASSED  ] 1 test."\nexit %s\n' \
-      "$rc" > "$d/build/tests/$t"
-  done
-  printf '#!/bin/sh\necho '"'"'{"device": "stub", "copy_gb_s": 1000.0, "gemm_bf16_tflop_s": 100.0}'"'"'\nexit %s\n' \
-    "$rc" > "$d/build/tests/ltm-gpu-limits"
+  # gpu tests that run the tests of theirs that match --gtest_filter (a shell glob here); as
+  # gtest does, a filter that matches none of them passes.
+  gtest_stub() {  # gtest_stub NAME TEST...
+    local f=$d/build/tests/$1
+    shift
+    printf '#!/bin/bash\nf=${1#--gtest_filter=}; n=0\n' > "$f"
+    printf 'for t in %s; do [[ $t == $f ]] && n=$((n + 1)); done\n' "$*" >> "$f"
+    printf 'echo "[  PASSED  ] $n tests."\n[ $n -eq 0 ] && exit 0\nexit %s\n' "$rc" >> "$f"
+  }
+  gtest_stub kernels_gpu_test Cuda.Gemm Cuda.LayerNorm
+  gtest_stub cuda_graphs_gpu_test Graphs.GraphReplayEqualsEager Sampling.DeviceSamplingEqualsHost
+  [ "$mode" = fail ] || gtest_stub nccl_gpu_test Nccl.NcclAllReduceInGraph Nccl.NcclInitTimeout
+  local limits='{"device": "stub", "copy_gb_s": 1000.0, "gemm_bf16_tflop_s": 100.0}'
+  printf '#!/bin/sh\necho '"'"'%s'"'"'\nexit %s\n' "$limits" "$rc" > "$d/build/tests/ltm-gpu-limits"
   # ltm-bench: 0.9 of the decode limit at batch 1, 0.7 of the prefill one (6.7B shape, bf16).
   cat > "$d/build/launcher/ltm-bench" <<PY
 #!$py
 import json, sys
 a = sys.argv
-batch, prompt, new = (int(a[a.index(k) + 1]) for k in ("--batch", "--prompt-tokens", "--new-tokens"))
+batch, prompt, new = (int(a[a.index(k) + 1])
+                      for k in ("--batch", "--prompt-tokens", "--new-tokens"))
 L, d, vocab, wb = 32, 4096, 50257, 13.3e9
 c = dict(n_layer=L, n_embd=d, vocab_size=vocab, batch=batch, prompt_tokens=prompt,
          new_tokens=new, weight_bytes=wb, kv_dtype="bf16")
@@ -93,8 +102,8 @@ grep -q '^FAIL' "$tmp/pass.out" && fail "passing set: a FAIL line"
 
 run failing fail
 [ "$rc" -ne 0 ] || fail "a failing stub set: exit 0"
-grep -q "^FAIL nccl_allreduce_in_graph .*not built" "$tmp/failing.out" ||
-  fail "failing set: the missing nccl_gpu_test is not reported 'not built'"
+grep -q "^FAIL nccl_allreduce_in_graph .*not built: no test matches" "$tmp/failing.out" ||
+  fail "failing set: the missing NCCL tests are not reported 'not built'"
 for s in $steps; do
   [ "$s" = gpu ] || [ "$s" = build ] && continue
   grep -q "^FAIL $s " "$tmp/failing.out" || fail "failing set: no FAIL line for $s"
