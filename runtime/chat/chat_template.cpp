@@ -27,8 +27,8 @@ using Kwargs = std::vector<std::pair<std::string, Value>>;
 const std::vector<std::string> kGlobals = {"range", "namespace", "dict", "raise_exception",
                                            "strftime_now"};
 const std::vector<std::string> kStringMethods = {
-    "strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper", "lower", "title",
-    "capitalize", "replace", "join", "find", "count"};
+    "strip", "lstrip", "rstrip",     "startswith", "endswith", "split", "upper",
+    "lower", "title",  "capitalize", "replace",    "join",     "find",  "count"};
 const std::vector<std::string> kDictMethods = {"items", "keys", "values", "get"};
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
@@ -49,11 +49,14 @@ Value make_callable(Callable::Kind kind, std::string name, const Value* self = n
 }
 
 const Value* dict_find(const ValueDict& d, std::string_view key) {
-  for (const auto& kv : d) if (kv.first == key) return &kv.second;
+  for (const auto& kv : d)
+    if (kv.first == key) return &kv.second;
   return nullptr;
 }
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
   const auto drop = [&](char c) {
@@ -61,8 +64,10 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
     return chars->str->find(c) != std::string::npos;
   };
   size_t b = 0, e = s.size();
-  if (left) while (b < e && drop(s[b])) ++b;
-  if (right) while (e > b && drop(s[e - 1])) --e;
+  if (left)
+    while (b < e && drop(s[b])) ++b;
+  if (right)
+    while (e > b && drop(s[e - 1])) --e;
   return s.substr(b, e - b);
 }
 
@@ -87,13 +92,17 @@ std::string jinja_title(const std::string& s) {
   return out;
 }
 
-std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count) {
   std::string out;
   if (from.empty()) {  // Python inserts `to` between code points and at both ends
     const auto cps = code_points(s);
     int64_t n = 0;
     for (const auto cp : cps) {
-      if (count < 0 || n < count) { out += to; ++n; }
+      if (count < 0 || n < count) {
+        out += to;
+        ++n;
+      }
       out += cp;
     }
     if (count < 0 || n < count) out += to;
@@ -120,7 +129,8 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 // Python's slice indices for a sequence of n items.
-std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& stop, const Value& step) {
+std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& stop,
+                                   const Value& step) {
   const auto as_opt_int = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is(K::kNone) || v.is(K::kUndefined)) return std::nullopt;
     if (v.is(K::kInt)) return v.integer;
@@ -139,8 +149,10 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   const int64_t b = clamp(as_opt_int(start, "start"), st > 0 ? 0 : n - 1);
   const int64_t e = clamp(as_opt_int(stop, "stop"), st > 0 ? n : -1);
   std::vector<int64_t> idx;
-  if (st > 0) for (int64_t i = b; i < e; i += st) idx.push_back(i);
-  else for (int64_t i = b; i > e; i += st) idx.push_back(i);
+  if (st > 0)
+    for (int64_t i = b; i < e; i += st) idx.push_back(i);
+  else
+    for (int64_t i = b; i > e; i += st) idx.push_back(i);
   return idx;
 }
 
@@ -165,8 +177,8 @@ class Renderer {
   void step() {
     if (++steps_ > limits_.max_steps) {
       throw TemplateError(TemplateError::Kind::kLimit,
-                          absl::StrCat("chat template: the render took more than ", limits_.max_steps,
-                                       " steps (limit)"));
+                          absl::StrCat("chat template: the render took more than ",
+                                       limits_.max_steps, " steps (limit)"));
     }
   }
   void charge(size_t bytes) {
@@ -178,9 +190,12 @@ class Renderer {
     alloc_ += static_cast<int64_t>(bytes);
   }
   Value made(Value v) {  // charges a value the render just created
-    if (v.is(K::kString)) charge(v.str->size());
-    else if (v.is(K::kList)) charge(v.list->size() * sizeof(Value));
-    else if (v.is(K::kDict)) charge(v.dict->size() * (sizeof(Value) + 32));
+    if (v.is(K::kString))
+      charge(v.str->size());
+    else if (v.is(K::kList))
+      charge(v.list->size() * sizeof(Value));
+    else if (v.is(K::kDict))
+      charge(v.dict->size() * (sizeof(Value) + 32));
     return v;
   }
   Value str_value(std::string s) { return made(Value::of_string(std::move(s))); }
@@ -229,7 +244,10 @@ class Renderer {
                                       " '", s.targets[0], "' (only of a namespace())"));
           }
           for (auto& kv : *ns.ns) {
-            if (kv.first == s.text) { kv.second = std::move(v); return Flow::kNormal; }
+            if (kv.first == s.text) {
+              kv.second = std::move(v);
+              return Flow::kNormal;
+            }
           }
           charge(sizeof(Value) + 32);
           ns.ns->emplace_back(s.text, std::move(v));
@@ -264,8 +282,8 @@ class Renderer {
     }
     const ValueList items = iterate(v);
     if (items.size() != targets.size()) {
-      render_error(absl::StrCat("cannot unpack ", items.size(), " values into ", targets.size(),
-                                " names"));
+      render_error(
+          absl::StrCat("cannot unpack ", items.size(), " values into ", targets.size(), " names"));
     }
     for (size_t i = 0; i < targets.size(); ++i) scopes_.back()[targets[i]] = items[i];
   }
@@ -283,7 +301,8 @@ class Renderer {
       }
       case K::kString: {
         ValueList chars;
-        for (const auto cp : code_points(*v.str)) chars.push_back(Value::of_string(std::string(cp)));
+        for (const auto cp : code_points(*v.str))
+          chars.push_back(Value::of_string(std::string(cp)));
         charge(chars.size() * (sizeof(Value) + 32));
         return chars;
       }
@@ -351,11 +370,13 @@ class Renderer {
         if (const Value* v = dict_find(*obj.ns, name)) return *v;
         break;
       case K::kString:
-        if (contains(kStringMethods, name)) return make_callable(Callable::Kind::kMethod, name, &obj);
+        if (contains(kStringMethods, name))
+          return make_callable(Callable::Kind::kMethod, name, &obj);
         break;
       default: break;
     }
-    return Value::undefined(absl::StrCat("'", type_name(obj), " object' has no attribute '", name, "'"));
+    return Value::undefined(
+        absl::StrCat("'", type_name(obj), " object' has no attribute '", name, "'"));
   }
 
   Value get_item(const Value& obj, const Value& key) {
@@ -377,10 +398,12 @@ class Renderer {
         if (i < 0) i += n;
         if (i >= 0 && i < n) return Value::of_string(std::string(cps[i]));
       }
-      return Value::undefined(absl::StrCat("'", type_name(obj), " object' has no element ", to_str(key)));
+      return Value::undefined(
+          absl::StrCat("'", type_name(obj), " object' has no element ", to_str(key)));
     }
     if (key.is(K::kString)) return get_attr(obj, *key.str);
-    return Value::undefined(absl::StrCat("'", type_name(obj), " object' has no element ", repr(key)));
+    return Value::undefined(
+        absl::StrCat("'", type_name(obj), " object' has no element ", repr(key)));
   }
 
   Value eval(const Expr& e) {
@@ -401,7 +424,8 @@ class Renderer {
         Kwargs kwargs;
         eval_args(e, &args, &kwargs);
         if (fn.is(K::kUndefined)) undefined_error(fn);
-        if (!fn.is(K::kCallable)) render_error(absl::StrCat("'", type_name(fn), "' object is not callable"));
+        if (!fn.is(K::kCallable))
+          render_error(absl::StrCat("'", type_name(fn), "' object is not callable"));
         return call(*fn.fn, args, kwargs);
       }
       case Expr::Kind::kFilter: {
@@ -469,9 +493,12 @@ class Renderer {
           Value k = eval(*e.args[i]);
           if (!k.is(K::kString)) render_error("dict literal keys must be strings here");
           Value v = eval(*e.args[i + 1]);
-          auto it = std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == *k.str; });
-          if (it != d.end()) it->second = std::move(v);
-          else d.emplace_back(*k.str, std::move(v));
+          auto it =
+              std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == *k.str; });
+          if (it != d.end())
+            it->second = std::move(v);
+          else
+            d.emplace_back(*k.str, std::move(v));
         }
         return made(Value::of_dict(std::move(d)));
       }
@@ -491,7 +518,8 @@ class Renderer {
     if (obj.is(K::kUndefined)) undefined_error(obj);
     if (obj.is(K::kList)) {
       ValueList out;
-      for (int64_t i : slice_indices(static_cast<int64_t>(obj.list->size()), a, b, c)) out.push_back((*obj.list)[i]);
+      for (int64_t i : slice_indices(static_cast<int64_t>(obj.list->size()), a, b, c))
+        out.push_back((*obj.list)[i]);
       return made(Value::of_list(std::move(out)));
     }
     if (obj.is(K::kString)) {
@@ -504,7 +532,9 @@ class Renderer {
   }
 
   static int64_t as_int(const Value& v) { return v.is(K::kBool) ? v.boolean : v.integer; }
-  static double as_double(const Value& v) { return v.is(K::kFloat) ? v.number : static_cast<double>(as_int(v)); }
+  static double as_double(const Value& v) {
+    return v.is(K::kFloat) ? v.number : static_cast<double>(as_int(v));
+  }
 
   Value binary(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") return str_value(to_str(a) + to_str(b));
@@ -523,9 +553,18 @@ class Renderer {
       if (ints) {
         const int64_t x = as_int(a), y = as_int(b);
         int64_t r = 0;
-        if (op == "+") { if (__builtin_add_overflow(x, y, &r)) render_error("integer overflow"); return Value::of_int(r); }
-        if (op == "-") { if (__builtin_sub_overflow(x, y, &r)) render_error("integer overflow"); return Value::of_int(r); }
-        if (op == "*") { if (__builtin_mul_overflow(x, y, &r)) render_error("integer overflow"); return Value::of_int(r); }
+        if (op == "+") {
+          if (__builtin_add_overflow(x, y, &r)) render_error("integer overflow");
+          return Value::of_int(r);
+        }
+        if (op == "-") {
+          if (__builtin_sub_overflow(x, y, &r)) render_error("integer overflow");
+          return Value::of_int(r);
+        }
+        if (op == "*") {
+          if (__builtin_mul_overflow(x, y, &r)) render_error("integer overflow");
+          return Value::of_int(r);
+        }
         if (op == "//" || op == "%") {
           if (y == 0) render_error("integer division or modulo by zero");
           if (x == INT64_MIN && y == -1) render_error("integer overflow");
@@ -533,7 +572,8 @@ class Renderer {
           return Value::of_int(op == "//" ? q : x - q * y);
         }
         if (op == "**") {
-          if (y < 0) return Value::of_float(std::pow(static_cast<double>(x), static_cast<double>(y)));
+          if (y < 0)
+            return Value::of_float(std::pow(static_cast<double>(x), static_cast<double>(y)));
           int64_t result = 1;
           for (int64_t i = 0; i < y; ++i) {
             step();
@@ -585,11 +625,13 @@ class Renderer {
       case K::kUndefined: return false;
       case K::kString:
         if (!needle.is(K::kString)) {
-          render_error(absl::StrCat("'in <string>' requires string as left operand, not ", type_name(needle)));
+          render_error(absl::StrCat("'in <string>' requires string as left operand, not ",
+                                    type_name(needle)));
         }
         return hay.str->find(*needle.str) != std::string::npos;
       case K::kList:
-        for (const Value& v : *hay.list) if (equals(needle, v)) return true;
+        for (const Value& v : *hay.list)
+          if (equals(needle, v)) return true;
         return false;
       case K::kDict:
         if (!needle.is(K::kString)) return false;
@@ -615,7 +657,8 @@ class Renderer {
   // ---- calls ----
 
   static const Value* kwarg(const Kwargs& kw, const char* name) {
-    for (const auto& [k, v] : kw) if (k == name) return &v;
+    for (const auto& [k, v] : kw)
+      if (k == name) return &v;
     return nullptr;
   }
   // Positional argument i, else keyword `name`, else nullptr.
@@ -625,7 +668,8 @@ class Renderer {
   }
   static const std::string& need_str(const Value* v, const std::string& what) {
     if (!v || !v->is(K::kString)) {
-      render_error(absl::StrCat(what, " needs a string argument, got ", v ? type_name(*v) : "none"));
+      render_error(
+          absl::StrCat(what, " needs a string argument, got ", v ? type_name(*v) : "none"));
     }
     return *v->str;
   }
@@ -634,12 +678,14 @@ class Renderer {
     if (fn.kind == Callable::Kind::kMethod) return call_method(*fn.self, fn.name, args, kw);
     if (fn.kind == Callable::Kind::kMacro) return call_macro(*fn.macro, args, kw);
     if (fn.name == "raise_exception") {
-      throw TemplateError(TemplateError::Kind::kRaised, args.empty() ? std::string() : to_str(args[0]));
+      throw TemplateError(TemplateError::Kind::kRaised,
+                          args.empty() ? std::string() : to_str(args[0]));
     }
     if (fn.name == "range") {
       if (args.empty() || args.size() > 3) render_error("range expects 1 to 3 arguments");
       for (const Value& a : args) {
-        if (!a.is(K::kInt) && !a.is(K::kBool)) render_error(absl::StrCat("range: '", type_name(a), "' is not an integer"));
+        if (!a.is(K::kInt) && !a.is(K::kBool))
+          render_error(absl::StrCat("range: '", type_name(a), "' is not an integer"));
       }
       const int64_t start = args.size() == 1 ? 0 : as_int(args[0]);
       const int64_t stop = args.size() == 1 ? as_int(args[0]) : as_int(args[1]);
@@ -656,13 +702,16 @@ class Renderer {
     if (fn.name == "namespace" || fn.name == "dict") {
       ValueDict d;
       if (!args.empty()) {
-        if (!args[0].is(K::kDict)) render_error(absl::StrCat(fn.name, "() takes a dict or keyword arguments"));
+        if (!args[0].is(K::kDict))
+          render_error(absl::StrCat(fn.name, "() takes a dict or keyword arguments"));
         d = *args[0].dict;
       }
       for (const auto& [k, v] : kw) {
         auto it = std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == k; });
-        if (it != d.end()) it->second = v;
-        else d.emplace_back(k, v);
+        if (it != d.end())
+          it->second = v;
+        else
+          d.emplace_back(k, v);
       }
       charge(d.size() * (sizeof(Value) + 32));
       if (fn.name == "dict") return Value::of_dict(std::move(d));
@@ -690,7 +739,8 @@ class Renderer {
                                        limits_.max_call_depth, " (limit)"));
     }
     if (args.size() > m.targets.size()) {
-      render_error(absl::StrCat("macro '", m.text, "' takes ", m.targets.size(), " arguments, got ", args.size()));
+      render_error(absl::StrCat("macro '", m.text, "' takes ", m.targets.size(), " arguments, got ",
+                                args.size()));
     }
     std::vector<Scope> saved = std::move(scopes_);
     scopes_ = {saved[0], saved[1], Scope()};
@@ -711,9 +761,13 @@ class Renderer {
     try {
       for (size_t i = 0; i < m.targets.size(); ++i) {
         const Value* given = i < args.size() ? &args[i] : kwarg(kw, m.targets[i].c_str());
-        if (given) scopes_.back()[m.targets[i]] = *given;
-        else if (m.conds[i]) scopes_.back()[m.targets[i]] = eval(*m.conds[i]);
-        else scopes_.back()[m.targets[i]] = Value::undefined(absl::StrCat("'", m.targets[i], "' is undefined"));
+        if (given)
+          scopes_.back()[m.targets[i]] = *given;
+        else if (m.conds[i])
+          scopes_.back()[m.targets[i]] = eval(*m.conds[i]);
+        else
+          scopes_.back()[m.targets[i]] =
+              Value::undefined(absl::StrCat("'", m.targets[i], "' is undefined"));
       }
       out_ = &buf;
       exec(m.bodies[0]);
@@ -725,7 +779,8 @@ class Renderer {
     return Value::of_string(std::move(buf));
   }
 
-  Value call_method(const Value& self, const std::string& name, const Args& args, const Kwargs& kw) {
+  Value call_method(const Value& self, const std::string& name, const Args& args,
+                    const Kwargs& kw) {
     if (self.is(K::kDict)) {
       const ValueDict& d = *self.dict;
       if (name == "items") {
@@ -748,18 +803,22 @@ class Renderer {
     const std::string& s = *self.str;
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const Value* chars = arg(args, kw, 0, "chars");
-      if (chars && !chars->is(K::kNone) && !chars->is(K::kString)) render_error(name + " arg must be None or str");
+      if (chars && !chars->is(K::kNone) && !chars->is(K::kString))
+        render_error(name + " arg must be None or str");
       return str_value(strip(s, chars, name != "rstrip", name != "lstrip"));
     }
     if (name == "startswith" || name == "endswith") {
       const Value* what = arg(args, kw, 0, "prefix");
       ValueList options;
-      if (what && what->is(K::kList)) options = *what->list;
-      else if (what) options.push_back(*what);
+      if (what && what->is(K::kList))
+        options = *what->list;
+      else if (what)
+        options.push_back(*what);
       for (const Value& o : options) {
         const std::string& p = need_str(&o, name);
-        if (name == "startswith" ? s.compare(0, p.size(), p) == 0
-                                 : (s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0)) {
+        if (name == "startswith"
+                ? s.compare(0, p.size(), p) == 0
+                : (s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0)) {
           return Value::of_bool(true);
         }
       }
@@ -794,7 +853,10 @@ class Renderer {
         size_t pos = 0;
         while (true) {
           const size_t at = maxsplit == 0 ? std::string::npos : s.find(sp, pos);
-          if (at == std::string::npos) { parts.push_back(Value::of_string(s.substr(pos))); break; }
+          if (at == std::string::npos) {
+            parts.push_back(Value::of_string(s.substr(pos)));
+            break;
+          }
           parts.push_back(Value::of_string(s.substr(pos, at - pos)));
           pos = at + sp.size();
           --maxsplit;
@@ -810,7 +872,8 @@ class Renderer {
     if (name == "replace") {
       const Value* cnt = arg(args, kw, 2, "count");
       return str_value(replace(s, need_str(arg(args, kw, 0, "old"), "replace"),
-                               need_str(arg(args, kw, 1, "new"), "replace"), cnt ? as_int(*cnt) : -1));
+                               need_str(arg(args, kw, 1, "new"), "replace"),
+                               cnt ? as_int(*cnt) : -1));
     }
     if (name == "join") {
       const Value* items = arg(args, kw, 0, "iterable");
@@ -828,7 +891,9 @@ class Renderer {
       const std::string& sub = need_str(arg(args, kw, 0, "sub"), name);
       if (name == "find") {
         const size_t at = s.find(sub);
-        return Value::of_int(at == std::string::npos ? -1 : static_cast<int64_t>(code_points(s.substr(0, at)).size()));
+        return Value::of_int(at == std::string::npos
+                                 ? -1
+                                 : static_cast<int64_t>(code_points(s.substr(0, at)).size()));
       }
       if (sub.empty()) return Value::of_int(static_cast<int64_t>(code_points(s).size()) + 1);
       int64_t n = 0;
@@ -846,9 +911,12 @@ class Renderer {
     size_t pos = 0;
     while (true) {
       const size_t dot = path.find('.', pos);
-      const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-      v = digits && v.is(K::kList) ? get_item(v, Value::of_int(std::stoll(part))) : get_item(v, Value::of_string(part));
+      const std::string part =
+          path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                       [](char c) { return c >= '0' && c <= '9'; });
+      v = digits && v.is(K::kList) ? get_item(v, Value::of_int(std::stoll(part)))
+                                   : get_item(v, Value::of_string(part));
       if (dot == std::string::npos) return v;
       pos = dot + 1;
     }
@@ -877,11 +945,15 @@ class Renderer {
       if (indent && !indent->is(K::kNone)) {
         style.has_indent = true;
         style.item_sep = ",";
-        if (indent->is(K::kString)) style.indent = *indent->str;
-        else if (indent->is(K::kInt)) style.indent = std::string(std::clamp<int64_t>(indent->integer, 0, 64), ' ');
-        else render_error("tojson: indent must be an integer or a string");
+        if (indent->is(K::kString))
+          style.indent = *indent->str;
+        else if (indent->is(K::kInt))
+          style.indent = std::string(std::clamp<int64_t>(indent->integer, 0, 64), ' ');
+        else
+          render_error("tojson: indent must be an integer or a string");
       }
-      if (const Value* seps = kwarg(kw, "separators"); seps && seps->is(K::kList) && seps->list->size() == 2) {
+      if (const Value* seps = kwarg(kw, "separators");
+          seps && seps->is(K::kList) && seps->list->size() == 2) {
         style.item_sep = need_str(&(*seps->list)[0], "tojson separators");
         style.key_sep = need_str(&(*seps->list)[1], "tojson separators");
       }
@@ -893,7 +965,8 @@ class Renderer {
     }
     if (name == "string") return v.is(K::kString) ? v : str_value(to_str(v));
     if (name == "safe") return v;
-    if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
+    if (name == "trim" || name == "upper" || name == "lower" || name == "capitalize" ||
+        name == "title") {
       const std::string s = to_str(v);
       if (name == "trim") return str_value(strip(s, arg(args, kw, 0, "chars"), true, true));
       if (name == "title") return str_value(jinja_title(s));
@@ -940,7 +1013,8 @@ class Renderer {
     }
     if (name == "first" || name == "last") {
       ValueList items = iterate(v);
-      if (items.empty()) return Value::undefined(absl::StrCat("No ", name, " item, sequence was empty."));
+      if (items.empty())
+        return Value::undefined(absl::StrCat("No ", name, " item, sequence was empty."));
       return name == "first" ? items.front() : items.back();
     }
     if (name == "list") return made(Value::of_list(iterate(v)));
@@ -957,7 +1031,8 @@ class Renderer {
     }
     if (name == "items") {
       if (v.is(K::kUndefined)) return Value::of_list({});
-      if (!v.is(K::kDict)) render_error(absl::StrCat("items: '", type_name(v), "' is not a mapping"));
+      if (!v.is(K::kDict))
+        render_error(absl::StrCat("items: '", type_name(v), "' is not a mapping"));
       return call_method(v, "items", {}, {});
     }
     if (name == "join") {
@@ -986,7 +1061,8 @@ class Renderer {
           }
           out.push_back(std::move(x));
         } else {
-          if (args.empty() || !args[0].is(K::kString)) render_error("map needs a filter name or attribute=");
+          if (args.empty() || !args[0].is(K::kString))
+            render_error("map needs a filter name or attribute=");
           out.push_back(filter(*args[0].str, item, Args(args.begin() + 1, args.end()), {}));
         }
       }
@@ -1032,7 +1108,8 @@ class Renderer {
     if (name == "number") return v.is_number();
     if (name == "string") return v.is(K::kString);
     if (name == "mapping") return v.is(K::kDict);
-    if (name == "iterable") return v.is(K::kString) || v.is(K::kList) || v.is(K::kDict) || v.is(K::kUndefined);
+    if (name == "iterable")
+      return v.is(K::kString) || v.is(K::kList) || v.is(K::kDict) || v.is(K::kUndefined);
     if (name == "sequence") return v.is(K::kString) || v.is(K::kList) || v.is(K::kDict);
     if (name == "callable") return v.is(K::kCallable);
     if (name == "equalto" || name == "eq" || name == "==") return equals(v, need_arg());
@@ -1047,7 +1124,8 @@ class Renderer {
     if (name == "ge" || name == ">=") return compare(">=", v, need_arg());
     if (name == "in") return in(v, need_arg());
     if (name == "odd" || name == "even" || name == "divisibleby") {
-      if (!v.is(K::kInt) && !v.is(K::kBool)) render_error(absl::StrCat("test '", name, "' needs an integer"));
+      if (!v.is(K::kInt) && !v.is(K::kBool))
+        render_error(absl::StrCat("test '", name, "' needs an integer"));
       if (name == "divisibleby") {
         const Value& d = need_arg();
         if (!d.is(K::kInt) || d.integer == 0) render_error("divisibleby needs a non-zero integer");
@@ -1117,7 +1195,9 @@ absl::StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& c
       case TemplateError::Kind::kRaised:
         return absl::InvalidArgumentError(absl::StrCat("chat template raised: ", e.what()));
       case TemplateError::Kind::kLimit: return absl::ResourceExhaustedError(e.what());
-      default: return absl::InvalidArgumentError(absl::StrCat("chat template: line ", line, ": ", e.what()));
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("chat template: line ", line, ": ", e.what()));
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("chat template: out of memory while rendering");

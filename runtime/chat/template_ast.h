@@ -31,27 +31,55 @@ struct Callable {
 // immutable sandbox); a namespace() is shared and mutable.
 struct Value {
   enum class Kind : uint8_t {
-    kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
   };
   Kind kind = Kind::kUndefined;
   bool boolean = false;
   int64_t integer = 0;
   double number = 0;
-  std::shared_ptr<const std::string> str;   // kString; kUndefined: the name, for messages
-  std::shared_ptr<const ValueList> list;    // kList
-  std::shared_ptr<const ValueDict> dict;    // kDict
-  std::shared_ptr<ValueDict> ns;            // kNamespace
-  std::shared_ptr<const Callable> fn;       // kCallable
+  std::shared_ptr<const std::string> str;  // kString; kUndefined: the name, for messages
+  std::shared_ptr<const ValueList> list;   // kList
+  std::shared_ptr<const ValueDict> dict;   // kDict
+  std::shared_ptr<ValueDict> ns;           // kNamespace
+  std::shared_ptr<const Callable> fn;      // kCallable
 
   static Value undefined(std::string name = "") {
     Value v;
     v.str = std::make_shared<const std::string>(std::move(name));
     return v;
   }
-  static Value none() { Value v; v.kind = Kind::kNone; return v; }
-  static Value of_bool(bool b) { Value v; v.kind = Kind::kBool; v.boolean = b; return v; }
-  static Value of_int(int64_t i) { Value v; v.kind = Kind::kInt; v.integer = i; return v; }
-  static Value of_float(double f) { Value v; v.kind = Kind::kFloat; v.number = f; return v; }
+  static Value none() {
+    Value v;
+    v.kind = Kind::kNone;
+    return v;
+  }
+  static Value of_bool(bool b) {
+    Value v;
+    v.kind = Kind::kBool;
+    v.boolean = b;
+    return v;
+  }
+  static Value of_int(int64_t i) {
+    Value v;
+    v.kind = Kind::kInt;
+    v.integer = i;
+    return v;
+  }
+  static Value of_float(double f) {
+    Value v;
+    v.kind = Kind::kFloat;
+    v.number = f;
+    return v;
+  }
   static Value of_string(std::string s) {
     Value v;
     v.kind = Kind::kString;
@@ -71,7 +99,9 @@ struct Value {
     return v;
   }
   bool is(Kind k) const { return kind == k; }
-  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
+  bool is_number() const {
+    return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool;
+  }
   const std::string& s() const { return *str; }
 };
 
@@ -79,27 +109,27 @@ struct Value {
 
 struct Expr {
   enum class Kind : uint8_t {
-    kLiteral,   // value
-    kName,      // name
-    kAttr,      // args[0].name
-    kItem,      // args[0][args[1]]
-    kSlice,     // args[0][args[1]:args[2]:args[3]] (a kLiteral undefined where omitted)
-    kCall,      // args[0](args[1..], kwargs)
-    kFilter,    // args[0] | name(args[1..], kwargs)
-    kTest,      // args[0] is [not] name(args[1..])   (negate)
-    kUnary,     // op args[0]: "-", "+", "not"
-    kBinary,    // args[0] op args[1]: + - * / // % ** ~ and or
-    kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ... : == != < <= > >= in notin
-    kCond,      // args[1] if args[0] else args[2] (args.size() == 2: no else)
-    kList,      // [args...]   (tuples too)
-    kDict,      // {args[0]: args[1], ...}
+    kLiteral,  // value
+    kName,     // name
+    kAttr,     // args[0].name
+    kItem,     // args[0][args[1]]
+    kSlice,    // args[0][args[1]:args[2]:args[3]] (a kLiteral undefined where omitted)
+    kCall,     // args[0](args[1..], kwargs)
+    kFilter,   // args[0] | name(args[1..], kwargs)
+    kTest,     // args[0] is [not] name(args[1..])   (negate)
+    kUnary,    // op args[0]: "-", "+", "not"
+    kBinary,   // args[0] op args[1]: + - * / // % ** ~ and or
+    kCompare,  // args[0] ops[0] args[1] ops[1] args[2] ... : == != < <= > >= in notin
+    kCond,     // args[1] if args[0] else args[2] (args.size() == 2: no else)
+    kList,     // [args...]   (tuples too)
+    kDict,     // {args[0]: args[1], ...}
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
-  std::string name;               // kName, kAttr, kFilter, kTest; the operator of kUnary/kBinary
-  std::vector<std::string> ops;   // kCompare
-  bool negate = false;            // kTest
-  Value value;                    // kLiteral
+  std::string name;              // kName, kAttr, kFilter, kTest; the operator of kUnary/kBinary
+  std::vector<std::string> ops;  // kCompare
+  bool negate = false;           // kTest
+  Value value;                   // kLiteral
   std::vector<std::unique_ptr<Expr>> args;
   std::vector<std::pair<std::string, std::unique_ptr<Expr>>> kwargs;
 };
@@ -108,24 +138,24 @@ struct Expr {
 
 struct Stmt {
   enum class Kind : uint8_t {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // conds[i] -> bodies[i]; bodies.size() == conds.size() + 1: the else
-    kFor,         // for targets in expr [if cond] body [else else_body]
-    kSet,         // set targets = expr   |  set name.attr = expr (attr non-empty)
-    kSetBlock,    // set targets[0] %} body {% endset
-    kMacro,       // macro name(params = defaults) body
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // conds[i] -> bodies[i]; bodies.size() == conds.size() + 1: the else
+    kFor,       // for targets in expr [if cond] body [else else_body]
+    kSet,       // set targets = expr   |  set name.attr = expr (attr non-empty)
+    kSetBlock,  // set targets[0] %} body {% endset
+    kMacro,     // macro name(params = defaults) body
     kBreak,
     kContinue,
-    kBlock,       // a body rendered as is (generation blocks)
+    kBlock,  // a body rendered as is (generation blocks)
   };
   Kind kind = Kind::kText;
   int line = 0;
-  std::string text;                     // kText; kMacro: name; kSet: the attribute (ns.attr)
-  std::vector<std::string> targets;     // kFor, kSet, kSetBlock: names; kMacro: parameters
-  std::unique_ptr<Expr> expr;           // kOutput, kFor (iterable), kSet
-  std::unique_ptr<Expr> cond;           // kFor: the loop filter
-  std::vector<std::unique_ptr<Expr>> conds;   // kIf; kMacro: defaults (nullptr: none)
+  std::string text;                          // kText; kMacro: name; kSet: the attribute (ns.attr)
+  std::vector<std::string> targets;          // kFor, kSet, kSetBlock: names; kMacro: parameters
+  std::unique_ptr<Expr> expr;                // kOutput, kFor (iterable), kSet
+  std::unique_ptr<Expr> cond;                // kFor: the loop filter
+  std::vector<std::unique_ptr<Expr>> conds;  // kIf; kMacro: defaults (nullptr: none)
   std::vector<std::vector<std::unique_ptr<Stmt>>> bodies;  // kIf; others: bodies[0] (+ else)
 };
 

@@ -20,7 +20,17 @@ constexpr int kMaxNesting = 200;  // brackets, operators and blocks nested: boun
 
 struct Token {
   enum class Type : uint8_t {
-    kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEof
   };
   Type type;
   std::string text;  // kText: the data; kString: the unescaped value; kOp/kName: the spelling
@@ -28,7 +38,9 @@ struct Token {
 };
 using T = Token::Type;
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -71,13 +83,17 @@ class Lexer {
   }
 
   [[noreturn]] void fail(size_t pos, const std::string& msg) const {
-    const size_t line = std::upper_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin();
+    const size_t line =
+        std::upper_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin();
     const size_t line_begin = line == 0 ? 0 : newlines_[line - 1] + 1;
-    throw TemplateError(TemplateError::Kind::kSyntax,
-                        absl::StrCat("line ", line + 1, ", column ", pos - line_begin + 1, ": ", msg));
+    throw TemplateError(
+        TemplateError::Kind::kSyntax,
+        absl::StrCat("line ", line + 1, ", column ", pos - line_begin + 1, ": ", msg));
   }
   int line_of(size_t pos) const {
-    return static_cast<int>(std::upper_bound(newlines_.begin(), newlines_.end(), pos) - newlines_.begin()) + 1;
+    return static_cast<int>(std::upper_bound(newlines_.begin(), newlines_.end(), pos) -
+                            newlines_.begin()) +
+           1;
   }
 
   std::vector<Token> run() {
@@ -87,7 +103,10 @@ class Lexer {
       size_t p = pos;
       while (true) {
         p = src_.find('{', p);
-        if (p == std::string::npos || p + 1 >= src_.size()) { p = std::string::npos; break; }
+        if (p == std::string::npos || p + 1 >= src_.size()) {
+          p = std::string::npos;
+          break;
+        }
         const char c = src_[p + 1];
         if (c == '{' || c == '%' || c == '#') break;
         ++p;
@@ -141,9 +160,11 @@ class Lexer {
     int depth = 0;
     while (true) {
       while (pos < src_.size() && is_space(src_[pos])) ++pos;
-      if (pos >= src_.size()) fail(begin - 2, close == '}' ? "'{{' not closed (no }})" : "'{%' not closed (no %})");
+      if (pos >= src_.size())
+        fail(begin - 2, close == '}' ? "'{{' not closed (no }})" : "'{%' not closed (no %})");
       const auto ends_at = [&](size_t at) {
-        return at + 1 < src_.size() && src_[at] == close && src_[at + 1] == '}' && (close == '%' || depth == 0);
+        return at + 1 < src_.size() && src_[at] == close && src_[at + 1] == '}' &&
+               (close == '%' || depth == 0);
       };
       if ((src_[pos] == '-' || src_[pos] == '+') && ends_at(pos + 1)) {
         *end_mod = src_[pos];
@@ -165,12 +186,15 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         pos = lex_string(pos);
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%",
-                                     "~", "<", ">", "(", ")", "[", "]", "{", "}", ",", ".", ":",
-                                     "|", "="};
+        static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                     "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                                     "{",  "}",  ",",  ".",  ":",  "|",  "="};
         std::string op;
         for (const char* o : kOps) {
-          if (src_.compare(pos, std::char_traits<char>::length(o), o) == 0) { op = o; break; }
+          if (src_.compare(pos, std::char_traits<char>::length(o), o) == 0) {
+            op = o;
+            break;
+          }
         }
         if (op.empty()) fail(pos, absl::StrCat("unexpected character '", std::string(1, c), "'"));
         if (op == "(" || op == "[" || op == "{") {
@@ -204,7 +228,8 @@ class Lexer {
       }
     }
     std::string digits;
-    for (size_t i = pos; i < e; ++i) if (src_[i] != '_') digits += src_[i];
+    for (size_t i = pos; i < e; ++i)
+      if (src_[i] != '_') digits += src_[i];
     if (!is_float) {
       errno = 0;
       std::strtoll(digits.c_str(), nullptr, 10);
@@ -223,7 +248,11 @@ class Lexer {
       if (i >= src_.size()) fail(pos, "string literal not closed");
       const char c = src_[i];
       if (c == quote) break;
-      if (c != '\\' || i + 1 >= src_.size()) { out += c; ++i; continue; }
+      if (c != '\\' || i + 1 >= src_.size()) {
+        out += c;
+        ++i;
+        continue;
+      }
       const char e = src_[i + 1];
       i += 2;
       switch (e) {
@@ -239,14 +268,18 @@ class Lexer {
         case 'f': out += '\f'; break;
         case 'v': out += '\v'; break;
         case '0': out += '\0'; break;
-        case 'x': case 'u': case 'U': {
+        case 'x':
+        case 'u':
+        case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (i + n > src_.size()) fail(i - 2, "truncated escape in string literal");
           uint32_t cp = 0;
           for (size_t k = 0; k < n; ++k) {
             const char h = src_[i + k];
-            const int d = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            const int d = is_digit(h)              ? h - '0'
+                          : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                          : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                   : -1;
             if (d < 0) fail(i - 2, "bad escape in string literal");
             cp = cp * 16 + d;
           }
@@ -255,7 +288,10 @@ class Lexer {
           i += n;
           break;
         }
-        default: out += '\\'; out += e; break;  // Python keeps unknown escapes as they are
+        default:
+          out += '\\';
+          out += e;
+          break;  // Python keeps unknown escapes as they are
       }
     }
     tokens_.push_back({T::kString, std::move(out), pos});
@@ -283,10 +319,20 @@ class Parser {
   }
 
  private:
-  const Token& peek(size_t ahead = 0) const { return toks_[std::min(i_ + ahead, toks_.size() - 1)]; }
-  const Token& next() { const Token& t = toks_[i_]; if (i_ + 1 < toks_.size()) ++i_; return t; }
-  bool is_op(const char* op, size_t ahead = 0) const { return peek(ahead).type == T::kOp && peek(ahead).text == op; }
-  bool is_name(const char* n, size_t ahead = 0) const { return peek(ahead).type == T::kName && peek(ahead).text == n; }
+  const Token& peek(size_t ahead = 0) const {
+    return toks_[std::min(i_ + ahead, toks_.size() - 1)];
+  }
+  const Token& next() {
+    const Token& t = toks_[i_];
+    if (i_ + 1 < toks_.size()) ++i_;
+    return t;
+  }
+  bool is_op(const char* op, size_t ahead = 0) const {
+    return peek(ahead).type == T::kOp && peek(ahead).text == op;
+  }
+  bool is_name(const char* n, size_t ahead = 0) const {
+    return peek(ahead).type == T::kName && peek(ahead).text == n;
+  }
   [[noreturn]] void fail(const std::string& msg) const { lexer_.fail(peek().pos, msg); }
   int line() const { return lexer_.line_of(peek().pos); }
   std::string describe(const Token& t) const {
@@ -304,7 +350,8 @@ class Parser {
     next();
   }
   std::string expect_name(const char* what) {
-    if (peek().type != T::kName) fail(absl::StrCat("expected ", what, ", found ", describe(peek())));
+    if (peek().type != T::kName)
+      fail(absl::StrCat("expected ", what, ", found ", describe(peek())));
     return next().text;
   }
   void expect_block_end() {
@@ -312,12 +359,19 @@ class Parser {
     next();
   }
   struct Nest {
-    explicit Nest(Parser* p) : p_(p) { if (++p_->depth_ > kMaxNesting) p_->fail("template nested too deeply"); }
+    explicit Nest(Parser* p) : p_(p) {
+      if (++p_->depth_ > kMaxNesting) p_->fail("template nested too deeply");
+    }
     ~Nest() { --p_->depth_; }
     Parser* p_;
   };
 
-  ExprPtr node(Expr::Kind k, int line) { auto e = std::make_unique<Expr>(); e->kind = k; e->line = line; return e; }
+  ExprPtr node(Expr::Kind k, int line) {
+    auto e = std::make_unique<Expr>();
+    e->kind = k;
+    e->line = line;
+    return e;
+  }
 
   // ---- statements ----
 
@@ -346,7 +400,8 @@ class Parser {
         s->kind = Stmt::Kind::kOutput;
         s->line = line();
         s->expr = parse_expr();
-        if (peek().type != T::kVarEnd) fail(absl::StrCat("expected '}}', found ", describe(peek())));
+        if (peek().type != T::kVarEnd)
+          fail(absl::StrCat("expected '}}', found ", describe(peek())));
         next();
         body.push_back(std::move(s));
         continue;
@@ -512,12 +567,18 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr e = parse_and();
-    while (is_name("or")) { next(); e = binary("or", std::move(e), parse_and()); }
+    while (is_name("or")) {
+      next();
+      e = binary("or", std::move(e), parse_and());
+    }
     return e;
   }
   ExprPtr parse_and() {
     ExprPtr e = parse_not();
-    while (is_name("and")) { next(); e = binary("and", std::move(e), parse_not()); }
+    while (is_name("and")) {
+      next();
+      e = binary("and", std::move(e), parse_not());
+    }
     return e;
   }
   ExprPtr parse_not() {
@@ -536,8 +597,9 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (peek().type == T::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
-                                    peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
+      if (peek().type == T::kOp &&
+          (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+           peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
         op = next().text;
       } else if (is_name("in")) {
         next();
@@ -560,12 +622,18 @@ class Parser {
   }
   ExprPtr parse_add() {
     ExprPtr e = parse_concat();
-    while (is_op("+") || is_op("-")) { std::string op = next().text; e = binary(op, std::move(e), parse_concat()); }
+    while (is_op("+") || is_op("-")) {
+      std::string op = next().text;
+      e = binary(op, std::move(e), parse_concat());
+    }
     return e;
   }
   ExprPtr parse_concat() {
     ExprPtr e = parse_mul();
-    while (is_op("~")) { next(); e = binary("~", std::move(e), parse_mul()); }
+    while (is_op("~")) {
+      next();
+      e = binary("~", std::move(e), parse_mul());
+    }
     return e;
   }
   ExprPtr parse_mul() {
@@ -578,7 +646,10 @@ class Parser {
   }
   ExprPtr parse_pow() {
     ExprPtr e = parse_unary(true);
-    while (is_op("**")) { next(); e = binary("**", std::move(e), parse_unary(true)); }
+    while (is_op("**")) {
+      next();
+      e = binary("**", std::move(e), parse_unary(true));
+    }
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
@@ -602,9 +673,21 @@ class Parser {
     if (t.type == T::kName) {
       const std::string& n = t.text;
       auto lit = node(Expr::Kind::kLiteral, ln);
-      if (n == "true" || n == "True") { next(); lit->value = Value::of_bool(true); return lit; }
-      if (n == "false" || n == "False") { next(); lit->value = Value::of_bool(false); return lit; }
-      if (n == "none" || n == "None") { next(); lit->value = Value::none(); return lit; }
+      if (n == "true" || n == "True") {
+        next();
+        lit->value = Value::of_bool(true);
+        return lit;
+      }
+      if (n == "false" || n == "False") {
+        next();
+        lit->value = Value::of_bool(false);
+        return lit;
+      }
+      if (n == "none" || n == "None") {
+        next();
+        lit->value = Value::none();
+        return lit;
+      }
       auto e = node(Expr::Kind::kName, ln);
       e->name = next().text;
       return e;
@@ -625,7 +708,10 @@ class Parser {
     }
     if (is_op("(")) {
       next();
-      if (is_op(")")) { next(); return node(Expr::Kind::kList, ln); }
+      if (is_op(")")) {
+        next();
+        return node(Expr::Kind::kList, ln);
+      }
       ExprPtr e = parse_expr();
       if (is_op(",")) {
         auto list = node(Expr::Kind::kList, ln);
@@ -702,7 +788,11 @@ class Parser {
     int n_colons = 0;
     for (int k = 0; k < 3; ++k) {
       if (!is_op(":") && !is_op("]")) parts[k] = parse_expr();
-      if (k < 2 && is_op(":")) { next(); ++n_colons; continue; }
+      if (k < 2 && is_op(":")) {
+        next();
+        ++n_colons;
+        continue;
+      }
       break;
     }
     expect_op("]");
@@ -716,7 +806,10 @@ class Parser {
     auto slice = node(Expr::Kind::kSlice, ln);
     slice->args.push_back(std::move(obj));
     for (auto& p : parts) {
-      if (!p) { p = node(Expr::Kind::kLiteral, ln); p->value = Value::none(); }
+      if (!p) {
+        p = node(Expr::Kind::kLiteral, ln);
+        p->value = Value::none();
+      }
       slice->args.push_back(std::move(p));
     }
     return slice;
@@ -761,7 +854,10 @@ class Parser {
       } else if (is_name("is")) {
         next();
         bool negate = false;
-        if (is_name("not")) { next(); negate = true; }
+        if (is_name("not")) {
+          next();
+          negate = true;
+        }
         const std::string name = expect_name("a test name");
         ExprPtr t;
         if (is_op("(")) {

@@ -61,14 +61,16 @@ const char* type_name(const Value& v) {
 
 bool truthy(const Value& v) {
   switch (v.kind) {
-    case K::kUndefined: case K::kNone: return false;
+    case K::kUndefined:
+    case K::kNone: return false;
     case K::kBool: return v.boolean;
     case K::kInt: return v.integer != 0;
     case K::kFloat: return v.number != 0;
     case K::kString: return !v.str->empty();
     case K::kList: return !v.list->empty();
     case K::kDict: return !v.dict->empty();
-    case K::kNamespace: case K::kCallable: return true;
+    case K::kNamespace:
+    case K::kCallable: return true;
   }
   return false;
 }
@@ -87,7 +89,8 @@ std::string float_repr(double d) {
   const bool neg = mant[0] == '-';
   if (neg) mant.erase(0, 1);
   std::string digits;
-  for (char c : mant) if (c != '.') digits += c;
+  for (char c : mant)
+    if (c != '.') digits += c;
   std::string out = neg ? "-" : "";
   if (exp10 >= -4 && exp10 < 16) {
     if (exp10 < 0) {
@@ -123,10 +126,15 @@ std::string repr_string(const std::string& s) {
   const char q = has_single && !has_double ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == static_cast<unsigned char>(q) || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == static_cast<unsigned char>(q) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof(b), "\\x%02x", c);
@@ -139,7 +147,9 @@ std::string repr_string(const std::string& s) {
 }
 
 double as_double(const Value& v) {
-  return v.kind == K::kFloat ? v.number : v.kind == K::kBool ? (v.boolean ? 1 : 0) : static_cast<double>(v.integer);
+  return v.kind == K::kFloat  ? v.number
+         : v.kind == K::kBool ? (v.boolean ? 1 : 0)
+                              : static_cast<double>(v.integer);
 }
 
 void json_string(std::string& out, const std::string& s) {
@@ -177,13 +187,19 @@ void json_value(std::string& out, const Value& v, const JsonStyle& st, int level
     case K::kBool: out += v.boolean ? "true" : "false"; return;
     case K::kInt: out += std::to_string(v.integer); return;
     case K::kFloat:
-      if (std::isnan(v.number)) out += "NaN";
-      else if (std::isinf(v.number)) out += v.number < 0 ? "-Infinity" : "Infinity";
-      else out += float_repr(v.number);
+      if (std::isnan(v.number))
+        out += "NaN";
+      else if (std::isinf(v.number))
+        out += v.number < 0 ? "-Infinity" : "Infinity";
+      else
+        out += float_repr(v.number);
       return;
     case K::kString: json_string(out, *v.str); return;
     case K::kList: {
-      if (v.list->empty()) { out += "[]"; return; }
+      if (v.list->empty()) {
+        out += "[]";
+        return;
+      }
       out += '[';
       for (size_t i = 0; i < v.list->size(); ++i) {
         if (i > 0) out += st.item_sep;
@@ -195,11 +211,15 @@ void json_value(std::string& out, const Value& v, const JsonStyle& st, int level
       return;
     }
     case K::kDict: {
-      if (v.dict->empty()) { out += "{}"; return; }
+      if (v.dict->empty()) {
+        out += "{}";
+        return;
+      }
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : *v.dict) items.push_back(&kv);
       if (st.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        std::stable_sort(items.begin(), items.end(),
+                         [](auto* a, auto* b) { return a->first < b->first; });
       }
       out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
@@ -214,8 +234,9 @@ void json_value(std::string& out, const Value& v, const JsonStyle& st, int level
       return;
     }
     default:
-      throw TemplateError(TemplateError::Kind::kRender,
-                          absl::StrCat("Object of type ", type_name(v), " is not JSON serializable"));
+      throw TemplateError(
+          TemplateError::Kind::kRender,
+          absl::StrCat("Object of type ", type_name(v), " is not JSON serializable"));
   }
 }
 
@@ -272,16 +293,19 @@ bool equals(const Value& a, const Value& b) {
   }
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case K::kUndefined: case K::kNone: return true;
+    case K::kUndefined:
+    case K::kNone: return true;
     case K::kString: return *a.str == *b.str;
     case K::kList:
       if (a.list->size() != b.list->size()) return false;
-      for (size_t i = 0; i < a.list->size(); ++i) if (!equals((*a.list)[i], (*b.list)[i])) return false;
+      for (size_t i = 0; i < a.list->size(); ++i)
+        if (!equals((*a.list)[i], (*b.list)[i])) return false;
       return true;
     case K::kDict:
       if (a.dict->size() != b.dict->size()) return false;
       for (const auto& [k, x] : *a.dict) {
-        const auto it = std::find_if(b.dict->begin(), b.dict->end(), [&](const auto& kv) { return kv.first == k; });
+        const auto it = std::find_if(b.dict->begin(), b.dict->end(),
+                                     [&](const auto& kv) { return kv.first == k; });
         if (it == b.dict->end() || !equals(x, it->second)) return false;
       }
       return true;
@@ -294,7 +318,8 @@ bool equals(const Value& a, const Value& b) {
 bool less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.kind != K::kFloat && b.kind != K::kFloat) {
-      return (a.kind == K::kBool ? a.boolean : a.integer) < (b.kind == K::kBool ? b.boolean : b.integer);
+      return (a.kind == K::kBool ? a.boolean : a.integer) <
+             (b.kind == K::kBool ? b.boolean : b.integer);
     }
     return as_double(a) < as_double(b);
   }
@@ -326,7 +351,10 @@ std::vector<std::string_view> code_points(std::string_view s) {
     size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
     if (i + n > s.size()) n = 1;
     for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) { n = 1; break; }
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) {
+        n = 1;
+        break;
+      }
     }
     out.push_back(s.substr(i, n));
     i += n;
@@ -360,8 +388,14 @@ void encode(std::string& out, uint32_t cp) {
 // Latin Extended-A's case pairs: in [0x100, 0x138) and [0x14A, 0x178) the upper case letter is
 // even; in [0x139, 0x149) and [0x179, 0x17F) it is odd.
 bool ext_a_pair(uint32_t cp, bool* is_upper) {
-  if ((cp >= 0x100 && cp < 0x138) || (cp >= 0x14A && cp < 0x178)) { *is_upper = cp % 2 == 0; return true; }
-  if ((cp >= 0x139 && cp < 0x149) || (cp >= 0x179 && cp < 0x17F)) { *is_upper = cp % 2 == 1; return true; }
+  if ((cp >= 0x100 && cp < 0x138) || (cp >= 0x14A && cp < 0x178)) {
+    *is_upper = cp % 2 == 0;
+    return true;
+  }
+  if ((cp >= 0x139 && cp < 0x149) || (cp >= 0x179 && cp < 0x17F)) {
+    *is_upper = cp % 2 == 1;
+    return true;
+  }
   return false;
 }
 
@@ -370,7 +404,8 @@ uint32_t upper_cp(uint32_t c) {
   if (c >= 'a' && c <= 'z') return c - 32;
   if (c < 0x80) return c;
   if ((c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) ||
-      (c >= 0x430 && c <= 0x44F)) return c - 0x20;
+      (c >= 0x430 && c <= 0x44F))
+    return c - 0x20;
   if (c >= 0x450 && c <= 0x45F) return c - 0x50;
   if (ext_a_pair(c, &up)) return up ? c : c - 1;
   switch (c) {
@@ -380,9 +415,12 @@ uint32_t upper_cp(uint32_t c) {
     case 0x17F: return 'S';
     case 0x3C2: return 0x3A3;
     case 0x3AC: return 0x386;
-    case 0x3AD: case 0x3AE: case 0x3AF: return c - 0x25;
+    case 0x3AD:
+    case 0x3AE:
+    case 0x3AF: return c - 0x25;
     case 0x3CC: return 0x38C;
-    case 0x3CD: case 0x3CE: return c - 0x3F;
+    case 0x3CD:
+    case 0x3CE: return c - 0x3F;
     default: return c;
   }
 }
@@ -392,31 +430,47 @@ uint32_t lower_cp(uint32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
   if (c < 0x80) return c;
   if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
-      (c >= 0x410 && c <= 0x42F)) return c + 0x20;
+      (c >= 0x410 && c <= 0x42F))
+    return c + 0x20;
   if (c >= 0x400 && c <= 0x40F) return c + 0x50;
   if (ext_a_pair(c, &up)) return up ? c + 1 : c;
   switch (c) {
     case 0x178: return 0xFF;
     case 0x386: return 0x3AC;
-    case 0x388: case 0x389: case 0x38A: return c + 0x25;
+    case 0x388:
+    case 0x389:
+    case 0x38A: return c + 0x25;
     case 0x38C: return 0x3CC;
-    case 0x38E: case 0x38F: return c + 0x3F;
+    case 0x38E:
+    case 0x38F: return c + 0x3F;
     default: return c;
   }
 }
 
 void put_upper(std::string& out, std::string_view cp) {
   const uint32_t c = decode(cp);
-  if (c == 0xDF) { out += "SS"; return; }
+  if (c == 0xDF) {
+    out += "SS";
+    return;
+  }
   const uint32_t u = upper_cp(c);
-  if (u == c) out += cp; else encode(out, u);
+  if (u == c)
+    out += cp;
+  else
+    encode(out, u);
 }
 
 void put_lower(std::string& out, std::string_view cp) {
   const uint32_t c = decode(cp);
-  if (c == 0x130) { out += "i\xcc\x87"; return; }  // İ -> i + combining dot above
+  if (c == 0x130) {
+    out += "i\xcc\x87";
+    return;
+  }  // İ -> i + combining dot above
   const uint32_t l = lower_cp(c);
-  if (l == c) out += cp; else encode(out, l);
+  if (l == c)
+    out += cp;
+  else
+    encode(out, l);
 }
 
 bool is_cased(std::string_view cp) {
@@ -442,7 +496,10 @@ std::string capitalize(std::string_view s) {
   std::string out;
   bool first = true;
   for (const auto cp : code_points(s)) {
-    if (first) put_upper(out, cp); else put_lower(out, cp);
+    if (first)
+      put_upper(out, cp);
+    else
+      put_lower(out, cp);
     first = false;
   }
   return out;
@@ -453,9 +510,12 @@ std::string title(std::string_view s) {
   bool prev_cased = false;
   for (const auto cp : code_points(s)) {
     const bool cased = is_cased(cp);
-    if (!cased) out += cp;
-    else if (prev_cased) put_lower(out, cp);
-    else put_upper(out, cp);
+    if (!cased)
+      out += cp;
+    else if (prev_cased)
+      put_lower(out, cp);
+    else
+      put_upper(out, cp);
     prev_cased = cased;
   }
   return out;

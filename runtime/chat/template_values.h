@@ -19,17 +19,17 @@ Value from_json(const nlohmann::ordered_json& j, int max_depth = 128);
 const char* type_name(const Value& v);
 
 bool truthy(const Value& v);
-std::string to_str(const Value& v);   // str(v); an undefined value is ""
-std::string repr(const Value& v);     // repr(v)
-std::string float_repr(double d);     // repr(float): 1.0, 0.1, 1e+16, nan, inf
+std::string to_str(const Value& v);  // str(v); an undefined value is ""
+std::string repr(const Value& v);    // repr(v)
+std::string float_repr(double d);    // repr(float): 1.0, 0.1, 1e+16, nan, inf
 bool equals(const Value& a, const Value& b);
 // a < b as Python orders numbers, strings and lists; throws TemplateError kRender otherwise.
 bool less(const Value& a, const Value& b);
 
 struct JsonStyle {
-  std::string indent;            // "" with has_indent: newlines, no indentation
+  std::string indent;  // "" with has_indent: newlines, no indentation
   bool has_indent = false;
-  std::string item_sep = ", ";   // json.dumps' defaults: (", ", ": "), (",", ": ") with indent
+  std::string item_sep = ", ";  // json.dumps' defaults: (", ", ": "), (",", ": ") with indent
   std::string key_sep = ": ";
   bool sort_keys = false;
 };

@@ -38,7 +38,8 @@ TEST(ChatTemplateParse, SyntaxErrorsNameLineAndColumn) {
   const Case cases[] = {
       {"hello {{ x ", "line 1, column 7: '{{' not closed (no }})"},
       {"a\nb {% if x %}c", "missing {% endif %}"},
-      {"{% for x in y %}{% endif %}", "line 1, column 20: unknown or unsupported statement 'endif'"},
+      {"{% for x in y %}{% endif %}",
+       "line 1, column 20: unknown or unsupported statement 'endif'"},
       {"a\n\n  {{ 1 + }}", "line 3, column 10: expected an expression, found '}}'"},
       {"{% include 'x' %}", "unsupported statement 'include'"},
       {"{% if x %}{% else %}{% elif y %}{% endif %}", "unknown or unsupported statement 'elif'"},
@@ -62,7 +63,9 @@ TEST(ChatTemplateParse, SyntaxErrorsNameLineAndColumn) {
 }
 
 TEST(ChatTemplateParse, DeepNestingIsAnErrorNotACrash) {
-  EXPECT_FALSE(ChatTemplate::parse("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").ok());
+  EXPECT_FALSE(
+      ChatTemplate::parse("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}")
+          .ok());
   std::string ifs;
   for (int i = 0; i < 10000; ++i) ifs += "{% if x %}";
   EXPECT_FALSE(ChatTemplate::parse(ifs).ok());
@@ -99,8 +102,9 @@ TEST(ChatTemplateRender, UndefinedPrintsNothingButItsAttributesFail) {
 }
 
 TEST(ChatTemplateRender, PythonFormatting) {
-  EXPECT_EQ(render_ok("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1.5e-7 }} {{ 123456.789 }} {{ 7 / 2 }}"),
-            "1.0 0.30000000000000004 1e+16 1.5e-07 123456.789 3.5");
+  EXPECT_EQ(
+      render_ok("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1.5e-7 }} {{ 123456.789 }} {{ 7 / 2 }}"),
+      "1.0 0.30000000000000004 1e+16 1.5e-07 123456.789 3.5");
   EXPECT_EQ(render_ok("{{ 1e15 }} {{ 0.0001 }} {{ -2.5 }} {{ 10 / 5 }}"),
             "1000000000000000.0 0.0001 -2.5 2.0");
   EXPECT_EQ(render_ok("{{ [1, 'a', none, true, 2.0, {'k': \"it's\"}] }}"),
@@ -128,14 +132,17 @@ TEST(ChatTemplateRender, WhitespaceControlAsTransformers) {
 }
 
 TEST(ChatTemplateRender, ScopesNamespacesAndMacros) {
-  EXPECT_EQ(render_ok("{% set a = 1 %}{% for i in [1, 2] %}{% set a = a + i %}{{ a }}{% endfor %}{{ a }}"),
-            "241");
+  EXPECT_EQ(
+      render_ok(
+          "{% set a = 1 %}{% for i in [1, 2] %}{% set a = a + i %}{{ a }}{% endfor %}{{ a }}"),
+      "241");
   EXPECT_EQ(render_ok("{% set ns = namespace(a=1) %}{% for i in [1, 2] %}{% set ns.a = ns.a + i %}"
                       "{% endfor %}{{ ns.a }}"),
             "4");
-  EXPECT_EQ(render_ok("{% macro m(x, y='d') %}<{{ x }}{{ y }}{{ top }}>{% endmacro %}{% set top = 't' %}"
-                      "{{ m(1) }}{{ m(2, y='e') }}"),
-            "<1dt><2et>");
+  EXPECT_EQ(
+      render_ok("{% macro m(x, y='d') %}<{{ x }}{{ y }}{{ top }}>{% endmacro %}{% set top = 't' %}"
+                "{{ m(1) }}{{ m(2, y='e') }}"),
+      "<1dt><2et>");
   EXPECT_EQ(render_error("{% set s = 1 %}{% set s.a = 2 %}").message(),
             "chat template: line 1: cannot set attribute 'a' of int 's' (only of a namespace())");
 }
@@ -147,7 +154,8 @@ TEST(ChatTemplateRender, LimitsStopRunawayTemplates) {
   small.max_alloc_bytes = 1000000;
   // Loops that would run for hours.
   absl::Status s = render_error(
-      "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", {}, small);
+      "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", {},
+      small);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   // Output past the limit.
   s = render_error("{% for i in range(50) %}{% for j in range(50) %}x{% endfor %}{% endfor %}", {},
@@ -170,7 +178,8 @@ TEST(ChatTemplateRender, LimitsStopRunawayTemplates) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(std::string(s.message()).find("macro calls nest deeper"), std::string::npos) << s;
   // Integer overflow is an error, not undefined behaviour.
-  EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}").message(), "chat template: line 1: integer overflow");
+  EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}").message(),
+            "chat template: line 1: integer overflow");
   EXPECT_EQ(render_error("{{ 2 ** 64 }}").message(), "chat template: line 1: integer overflow");
   // Deeply nested context JSON.
   ordered_json deep = 1;
@@ -188,8 +197,9 @@ TEST(ChatTemplateRender, ParsedOnceRenderedOnManyThreads) {
   std::vector<std::string> out(8);
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&, i] {
-      ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", " hi " + std::to_string(i)}}}},
-                          {"add_generation_prompt", i % 2 == 0}};
+      ordered_json ctx = {
+          {"messages", {{{"role", "user"}, {"content", " hi " + std::to_string(i)}}}},
+          {"add_generation_prompt", i % 2 == 0}};
       for (int k = 0; k < 200; ++k) {
         absl::StatusOr<std::string> r = t->render(ctx);
         out[i] = r.ok() ? *r : std::string(r.status().message());
@@ -198,7 +208,8 @@ TEST(ChatTemplateRender, ParsedOnceRenderedOnManyThreads) {
   }
   for (auto& th : threads) th.join();
   for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(out[i], "<|user|>hi " + std::to_string(i) + "\n" + (i % 2 == 0 ? "<|assistant|>" : ""));
+    EXPECT_EQ(out[i],
+              "<|user|>hi " + std::to_string(i) + "\n" + (i % 2 == 0 ? "<|assistant|>" : ""));
   }
 }
 

@@ -39,8 +39,10 @@ int lines_mode() {
     const absl::StatusOr<std::string> text =
         ltm::render_chat_template(in["template"].get<std::string>(), in["context"]);
     nlohmann::ordered_json out;
-    if (text.ok()) out["text"] = *text;
-    else out["error"] = std::string(text.status().message());
+    if (text.ok())
+      out["text"] = *text;
+    else
+      out["error"] = std::string(text.status().message());
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n"
               << std::flush;
   }
