@@ -349,6 +349,53 @@ TEST_F(ChatFolderTest, ConfigsGiveSpecialTokensAndEndIds) {
   EXPECT_THAT((*f)->generation_eos_ids(), ElementsAre(5));
 }
 
+// The folder's template, parsed by the Jinja interpreter (runtime/chat/) at load and rendered
+// with transformers' context; --chat-template FILE replaces it.
+TEST_F(ChatFolderTest, TheFoldersTemplateIsParsedOnceAndRendered) {
+  const json config = {
+      {"eos_token", "<|im_end|>"},
+      {"added_tokens_decoder",
+       {{"260", {{"content", "<|im_end|>"}}}, {"261", {{"content", "<|im_start|>"}}}}},
+      {"chat_template",
+       "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}"
+       "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+       "{% endif %}"}};
+  write("tokenizer_config.json", config.dump());
+  auto f = load();
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE((*f)->has_template());
+  EXPECT_EQ((*f)->template_origin(), (dir_ / "tokenizer_config.json").string());
+  absl::StatusOr<std::string> text =
+      (*f)->render(json::array({{{"role", "user"}, {"content", " hello "}}}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n");
+  std::vector<int32_t> want = {kImStart};
+  for (int32_t id : tokenizer_.encode("user\nhello")) want.push_back(id);
+  want.push_back(kImEnd);
+  for (int32_t id : tokenizer_.encode("\n")) want.push_back(id);
+  want.push_back(kImStart);
+  for (int32_t id : tokenizer_.encode("assistant\n")) want.push_back(id);
+  EXPECT_EQ((*f)->encode(*text), want);
+  EXPECT_THAT((*f)->chat_end_ids(), ElementsAre(kImEnd));
+
+  write("other.jinja",
+        "{{ bos_token }}[{{ messages | length }}]{{ messages[-1]['content'] | upper }}");
+  f = load((dir_ / "other.jinja").string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  text = (*f)->render(json::array({{{"role", "user"}, {"content", "a"}},
+                                   {{"role", "assistant"}, {"content", "b"}}}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "[2]B");
+  // raise_exception: a 400 of the request, with the template's words.
+  write("strict.jinja", "{{ raise_exception('roles must alternate') }}");
+  f = load((dir_ / "strict.jinja").string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  text = (*f)->render(json::array());
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("roles must alternate"));
+}
+
 TEST_F(ChatFolderTest, BadFilesAreLoadErrorsNamingTheFile) {
   auto expect_error = [&](const std::string& file, const std::string& words) {
     auto f = load();
