@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "parallel/group_abort.h"
-#include "parallel/mpi_call.h"
+#include "parallel/unique_id.h"
 
 namespace ltm::parallel {
 namespace {
@@ -32,23 +32,19 @@ namespace {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, std::string name, int device,
-                                   CUstream_st* stream, WatchdogOptions options)
-    : stream_(stream), device_(device), watchdog_(std::move(name), options) {
-  LTM_ASSERT(mpi_comm != MPI_COMM_NULL, "communicator ", watchdog_.group(), " is MPI_COMM_NULL");
-  LTM_MPI(MPI_Comm_rank(mpi_comm, &rank_), "Comm_rank", this->name());
-  LTM_MPI(MPI_Comm_size(mpi_comm, &size_), "Comm_size", this->name());
-
-  // The unique id travels over MPI, under the same deadline as any collective.
+NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
+                                   WatchdogOptions options)
+    : stream_(static_cast<cudaStream_t>(stream)),
+      device_(device),
+      rank_(host.rank()),
+      size_(host.size()),
+      watchdog_(host.name(), options) {
+  // The unique id travels over the host communicator, under the same deadline as any collective.
   ncclUniqueId id{};
-  if (rank_ == 0) {
-    const ncclResult_t r = ncclGetUniqueId(&id);
+  share_unique_id(host, &id, sizeof(id), [&](void* out) {
+    const ncclResult_t r = ncclGetUniqueId(static_cast<ncclUniqueId*>(out));
     if (r != ncclSuccess) fail_nccl(r, "GetUniqueId", __FILE__, __LINE__);
-  }
-  MPI_Request request;
-  LTM_MPI(MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm, &request), "broadcast(ncclUniqueId)",
-          this->name());
-  watchdog_.wait(&request, "broadcast(ncclUniqueId)", sizeof(id), watchdog_.deadline());
+  });
 
   use_device();
   LTM_NCCL_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "init");
@@ -87,6 +83,12 @@ void NcclCommunicator::use_device() const {
   if (current != device_) LTM_NCCL_CUDA(cudaSetDevice(device_), "cudaSetDevice");
 }
 
+void NcclCommunicator::abort_comm() {
+  if (comm_ == nullptr) return;
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
 void NcclCommunicator::fail_nccl(int result, std::string_view op, const char* file, int line) {
   const char* detail = comm_ != nullptr ? ncclGetLastError(comm_) : ncclGetLastError(nullptr);
   const std::string message = absl::StrCat(
@@ -94,37 +96,36 @@ void NcclCommunicator::fail_nccl(int result, std::string_view op, const char* fi
       ") failed: ", ncclGetErrorString(static_cast<ncclResult_t>(result)),
       detail && *detail ? ": " : "", detail ? detail : "", " (", file, ":", line, ")");
   // Abort our side of the communicator so that peers blocked in it fail instead of hanging.
-  if (comm_ != nullptr) ncclCommAbort(comm_);
+  abort_comm();
   abort_group(kExitMpiFailure, message);
 }
 
-void NcclCommunicator::fail_timeout(std::string_view op, size_t bytes, Deadline deadline) {
-  const std::string message = watchdog_.timeout_message(op, bytes, deadline.seconds());
-  if (comm_ != nullptr) ncclCommAbort(comm_);
-  abort_group(kExitCollectiveTimeout, message);
+void NcclCommunicator::fail(const DeviceWaitOutcome& outcome) {
+  abort_comm();  // wait_device has aborted it already; nullptr now
+  abort_group(outcome.exit_code, outcome.message);
 }
 
-void NcclCommunicator::fail_launcher_gone(std::string_view op) {
-  const std::string message =
-      absl::StrCat(rank_prefix(), "the launcher (mpirun/srun) exited while this rank waited in ",
-                   std::string(op), " on group ", name(), "; aborting the group");
-  if (comm_ != nullptr) ncclCommAbort(comm_);
-  abort_group(kExitLauncherGone, message);
+namespace {
+
+// The communicator's asynchronous state as a poll result: an error carries NCCL's own words.
+DevicePoll poll_async_error(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+  if (r != ncclSuccess) state = r;
+  if (state == ncclInProgress) return {DevicePoll::kInProgress, ""};
+  if (state == ncclSuccess) return {DevicePoll::kDone, ""};
+  const char* detail = ncclGetLastError(comm);
+  return {DevicePoll::kError, absl::StrCat(ncclGetErrorString(state),
+                                           detail && *detail ? ": " : "", detail ? detail : "")};
 }
+
+}  // namespace
 
 void NcclCommunicator::wait_ready(std::string_view op, size_t bytes, Deadline deadline) {
-  const PollResult result = poll_until(
-      [&] {
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-        if (r != ncclSuccess) fail_nccl(r, op, __FILE__, __LINE__);
-        if (state == ncclInProgress) return false;
-        if (state != ncclSuccess) fail_nccl(state, op, __FILE__, __LINE__);
-        return true;
-      },
-      deadline, watchdog_.options());
-  if (result == PollResult::kTimedOut) fail_timeout(op, bytes, deadline);
-  if (result == PollResult::kLauncherGone) fail_launcher_gone(op);
+  const DeviceWaitOutcome outcome = wait_device(
+      [&] { return poll_async_error(comm_); }, [&] { abort_comm(); }, watchdog_, "NCCL", op,
+      bytes, deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
 }
 
 void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
@@ -132,22 +133,20 @@ void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // enqueued
   LTM_NCCL_CUDA(cudaEventRecord(done_, stream_), op);
-  const PollResult poll = poll_until(
-      [&] {
+  const DeviceWaitOutcome outcome = wait_device(
+      [&]() -> DevicePoll {
         const cudaError_t e = cudaEventQuery(done_);
-        if (e == cudaSuccess) return true;
-        if (e != cudaErrorNotReady) fail_cuda(e, op, name(), __FILE__, __LINE__);
+        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
+        if (e != cudaErrorNotReady)
+          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
+                                                   cudaGetErrorString(e))};
         // A peer's failure shows up here while our kernel waits for it.
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-        if (r != ncclSuccess) fail_nccl(r, op, __FILE__, __LINE__);
-        if (state != ncclSuccess && state != ncclInProgress)
-          fail_nccl(state, op, __FILE__, __LINE__);
-        return false;
+        DevicePoll p = poll_async_error(comm_);
+        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
+        return p;
       },
-      deadline, watchdog_.options());
-  if (poll == PollResult::kTimedOut) fail_timeout(op, bytes, deadline);
-  if (poll == PollResult::kLauncherGone) fail_launcher_gone(op);
+      [&] { abort_comm(); }, watchdog_, "NCCL", op, bytes, deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
 }
 
 void NcclCommunicator::all_reduce_sum(float* data, size_t count) {

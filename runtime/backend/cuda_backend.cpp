@@ -182,6 +182,8 @@ class CudaBackend final : public Backend {
   }
 
   bool comm_on_device() const override { return true; }
+  // The compute stream: the NCCL communicator enqueues its collectives and transfers on it.
+  void* stream() override { return ctx_->stream; }
 
   // --- ops ---
   void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
