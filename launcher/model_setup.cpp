@@ -175,7 +175,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
         max_dim > 128 ? " (a multiple of 4 above 128 on cuda)" : ""));
   // Weights that would not fit in memory are refused before anything is allocated.
   const int64_t expected_bytes = weight_bytes_per_rank(config, shard, precisions.weights);
-  if (o.device == "cpu")
+  if (o.device != "cuda")  // the CPU backend, or the emulated device over it
     LTM_RETURN_IF_ERROR(check_host_memory(expected_bytes, local_ranks(), available_host_memory()));
   std::unique_ptr<WeightSource> inner;
   if (folder) {

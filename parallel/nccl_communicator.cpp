@@ -65,6 +65,7 @@ NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) {
     use_device();
+    flush();
     // Finalize flushes outstanding work and may wait for peers: bounded like any collective.
     const Deadline deadline = watchdog_.deadline();
     const ncclResult_t r = ncclCommFinalize(comm_);
@@ -75,6 +76,12 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
   if (done_ != nullptr) cudaEventDestroy(done_);
+  for (Slot& slot : slots_) {
+    if (slot.buffer != nullptr) cudaFree(slot.buffer);
+    if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
+    if (slot.sent != nullptr) cudaEventDestroy(slot.sent);
+  }
+  if (side_ != nullptr) cudaStreamDestroy(side_);
 }
 
 void NcclCommunicator::use_device() const {
@@ -202,6 +209,72 @@ void NcclCommunicator::recv(void* data, size_t bytes, int src, int tag) {
   const Deadline deadline = watchdog_.deadline();
   complete(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_),
            absl::StrCat("recv(src=", src, ",tag=", tag, ")"), bytes, deadline);
+}
+
+void NcclCommunicator::wait_sent(Slot& slot) {
+  if (!slot.busy) return;
+  const DeviceWaitOutcome outcome = wait_device(
+      [&]() -> DevicePoll {
+        const cudaError_t e = cudaEventQuery(slot.sent);
+        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
+        if (e != cudaErrorNotReady)
+          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
+                                                   cudaGetErrorString(e))};
+        DevicePoll p = poll_async_error(comm_);
+        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
+        return p;
+      },
+      [&] { abort_comm(); }, watchdog_, "NCCL", slot.op, slot.bytes, slot.deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
+  slot.busy = false;
+}
+
+void NcclCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
+  LTM_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "post to rank ", dst, " on group ", name(),
+             " of ", size_, " from rank ", rank_);
+  LTM_ASSERT(tag >= 0, "post tag ", tag);
+  if (bytes == 0) return;
+  use_device();
+  Slot& slot = slots_[next_slot_];
+  next_slot_ ^= 1;
+  wait_sent(slot);  // the send before last from this slot
+  const std::string op = absl::StrCat("post(dst=", dst, ",tag=", tag, ")");
+  if (side_ == nullptr)
+    LTM_NCCL_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), op);
+  if (slot.copied == nullptr) {
+    LTM_NCCL_CUDA(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), op);
+    LTM_NCCL_CUDA(cudaEventCreateWithFlags(&slot.sent, cudaEventDisableTiming), op);
+  }
+  if (slot.capacity < bytes) {
+    if (slot.buffer != nullptr) LTM_NCCL_CUDA(cudaFree(slot.buffer), op);  // its send is done
+    slot.buffer = nullptr;
+    LTM_NCCL_CUDA(cudaMalloc(&slot.buffer, bytes), op);
+    slot.capacity = bytes;
+  }
+  // The copy is ordered after the ops that wrote `data`; the send after the copy; the compute
+  // stream goes on without waiting for the send.
+  LTM_NCCL_CUDA(cudaMemcpyAsync(slot.buffer, data, bytes, cudaMemcpyDeviceToDevice, stream_), op);
+  LTM_NCCL_CUDA(cudaEventRecord(slot.copied, stream_), op);
+  LTM_NCCL_CUDA(cudaStreamWaitEvent(side_, slot.copied, 0), op);
+  const Deadline deadline = watchdog_.deadline();
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess || r == ncclInProgress)
+    r = ncclSend(slot.buffer, bytes, ncclUint8, dst, comm_, side_);
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = end;
+  if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
+  wait_ready(op, bytes, deadline);  // taken by the communicator (not yet sent)
+  LTM_NCCL_CUDA(cudaEventRecord(slot.sent, side_), op);
+  slot.busy = true;
+  slot.op = op;
+  slot.bytes = bytes;
+  slot.deadline = deadline;
+}
+
+void NcclCommunicator::flush() {
+  if (comm_ == nullptr) return;
+  use_device();
+  for (Slot& slot : slots_) wait_sent(slot);
 }
 
 void NcclCommunicator::barrier() {

@@ -12,6 +12,12 @@
 // completed (as MpiCommunicator does): when a call returns, the data is in place.
 // Point-to-point: NCCL matches send/recv between two ranks in the order they are issued; `tag` is
 // not sent, only checked to be non-negative.
+// Pipeline sends (post): neither the host nor the compute stream waits for the receiver. The data
+// is copied (device to device, on the compute stream) into one of two staging slots (`hidden`
+// double-buffered: the caller may overwrite its buffer at once), an event orders a side stream
+// after that copy, and ncclSend runs there inside an NCCL group call. A slot is reused once its
+// previous send has completed, waited for under the watchdog (so at most two sends are in flight);
+// flush() waits for all of them.
 //
 // Failure, never a hang: the NCCL communicator is non-blocking (ncclConfig_t::blocking = 0), so
 // initialisation, enqueueing and completion are all polled (ncclCommGetAsyncError, cudaEventQuery)
@@ -63,6 +69,8 @@ class NcclCommunicator final : public Communicator {
   void send(const void* data, size_t bytes, int dst, int tag) override;
   void recv(void* data, size_t bytes, int src, int tag) override;
   void barrier() override;
+  void post(const void* data, size_t bytes, int dst, int tag) override;
+  void flush() override;
 
   // The collective timeout of the operations that start from now on; <= 0 disables it.
   void set_timeout(double seconds) { watchdog_.set_timeout(seconds); }
@@ -83,7 +91,25 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void fail_nccl(int result, std::string_view op, const char* file, int line);
   void use_device() const;
 
+  // One staging slot of post(): a device buffer, the event after the copy into it and the event
+  // after its send.
+  struct Slot {
+    void* buffer = nullptr;
+    size_t capacity = 0;
+    CUevent_st* copied = nullptr;
+    CUevent_st* sent = nullptr;
+    bool busy = false;  // a send from it may still run
+    std::string op;
+    size_t bytes = 0;
+    Deadline deadline = Deadline::never();
+  };
+  // Waits (under the slot's deadline) until the slot's send has completed.
+  void wait_sent(Slot& slot);
+
   ncclComm* comm_ = nullptr;
+  CUstream_st* side_ = nullptr;  // post()'s sends
+  Slot slots_[2];
+  int next_slot_ = 0;
   CUstream_st* stream_ = nullptr;
   CUevent_st* done_ = nullptr;  // recorded after each operation
   float* barrier_buf_ = nullptr;  // one device float for barrier()
