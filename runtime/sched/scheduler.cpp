@@ -34,7 +34,7 @@ struct Scheduler::Sequence {
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
 
-Scheduler::Scheduler(Engine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
+Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
                      int32_t n_blocks, int32_t block_size, SchedulerOptions options)
     : engine_(engine),
       tokenizer_(tokenizer),
