@@ -26,7 +26,7 @@ namespace ltm {
 // logits, samples) and a device one for activations (the backend's memory, ordered on its
 // stream: NCCL for CUDA, the devsim communicator for the emulated device, the same MPI
 // communicator again for the CPU backend, whose device memory is host memory). The engine never
-// asks which: the launcher picks (launcher/model_setup.cpp, make_device_comms).
+// asks which: the launcher picks (launcher/model_setup.cpp, device_comm).
 struct Comms {
   parallel::Communicator& world;
   parallel::Communicator& tp;         // this rank's TP group (same stage), host memory

@@ -26,7 +26,7 @@ LAYOUTS = [(tp, pp) for tp in (1, 2, 3) for pp in (1, 2, 3)]
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("devsim") / "m")
-    make_checkpoint(path, std=0.3, seed=23, **SHAPE)
+    make_checkpoint(path, std=0.5, seed=2, **SHAPE)
     return path
 
 
@@ -45,12 +45,19 @@ def run(model, device, tp, pp, tmp_path, micro_batches=1, extra=()):
     return out["generated_ids"], np.load(npy)
 
 
+@pytest.fixture(scope="module")
+def base(model, tmp_path_factory):
+    """The one-rank CPU run."""
+    got = run(model, "cpu", 1, 1, tmp_path_factory.mktemp("base"))
+    assert len(set(got[0])) > 2, got[0]
+    return got
+
+
 @pytest.mark.parametrize("tp,pp", LAYOUTS)
-def test_layout_through_devsim_equals_cpu(model, tmp_path, tp, pp):
-    base_ids, base_logits = run(model, "cpu", 1, 1, tmp_path)
-    assert len(set(base_ids)) > 2
+def test_layout_through_devsim_equals_cpu(model, base, tmp_path, tp, pp):
+    base_ids, base_logits = base
     cpu_ids, cpu_logits = run(model, "cpu", tp, pp, tmp_path)
-    for mb in (1, 2):
+    for mb in ((1, 2) if pp > 1 else (1,)):  # micro-batches matter only with stages
         got_ids, got_logits = run(model, "devsim", tp, pp, tmp_path, micro_batches=mb)
         assert not np.isnan(got_logits).any(), "poison (NaN) reached the logits"
         assert got_ids == cpu_ids, (tp, pp, mb)
