@@ -206,6 +206,8 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
                          o.keepalive_s, &metrics};
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
+  sopts.admission = o.admission == "deadline";
+  sopts.request_timeout_s = o.request_timeout_s;
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size, sopts);
   if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
     std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/sched/admission.h"
 #include "runtime/sched/adapters.h"
 #include "runtime/sched/block_allocator.h"
 #include "runtime/sched/metrics.h"
@@ -41,6 +43,17 @@ struct SchedulerOptions {
   ServeMetrics* metrics = nullptr;
   int32_t lora_max_rank = 64;      // adapters of a higher rank are refused
   int32_t lora_max_adapters = 16;  // resident at once
+  // Deadline-aware admission (runtime/sched/admission.h): a request whose projected finish is
+  // not within `admission_fill` of the time to its deadline is refused at submit()
+  // (ResourceExhausted with a Retry-After) or, once waiting, shed; preemption spares sequences
+  // that would miss their deadline. Off: everything is admitted as before (a deadline still
+  // ends its request).
+  bool admission = true;
+  double admission_fill = 0.9;
+  double request_timeout_s = 0;  // the deadline of a request that comes without one (<= 0: none)
+  // The clock of deadlines, latencies and step times (not of the drain deadline or keep-alives);
+  // empty: steady_clock::now. Tests drive a fake one.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 struct SchedulerStats {
@@ -99,6 +112,18 @@ class Scheduler final : public RequestSink {
   void take_incoming();
   void reap_cancelled();
   void preempt(Sequence* seq);
+  // Deadline-aware admission (step thread): sheds waiting requests that cannot meet their
+  // deadline; picks the preemption victim among the running sequences not in flight (`from`, the
+  // one being scheduled, included): the newest, as ever, unless that one would then miss its
+  // deadline and another would not; publishes the loads submit() projects over.
+  void shed_unreachable();
+  std::list<std::unique_ptr<Sequence>>::iterator pick_victim(
+      std::list<std::unique_ptr<Sequence>>::iterator from);
+  void publish_loads();
+  ProjectionLimits projection_limits() const;
+  std::chrono::steady_clock::time_point now() const {
+    return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+  }
   void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
   void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row,
@@ -138,6 +163,11 @@ class Scheduler final : public RequestSink {
   std::list<std::unique_ptr<Sequence>> running_;  // in admission order
   std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
   uint64_t next_seq_id_ = 1;
+  StepCostModel cost_;                  // step times as measured
+  std::chrono::steady_clock::time_point last_collect_{};     // when the previous plan's samples came back
+  // What submit() projects over (guarded by mu_): the step thread's copy after each step.
+  StepCostModel published_cost_;
+  std::vector<SeqLoad> published_running_, published_waiting_;
   std::vector<AdapterOp> unloads_;  // step thread: unloads waiting for their requests
 };
 

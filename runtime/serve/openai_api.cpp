@@ -1,6 +1,7 @@
 #include "runtime/serve/openai_api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -316,6 +317,11 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
     if (!u->is_string()) return wrong_type("user", "a string", *u);
     params.user = u->get<std::string>().substr(0, 256);
   }
+  std::optional<double> timeout_s;
+  if (auto e = get_number(j, "timeout", &timeout_s)) return e;
+  if (timeout_s && !(*timeout_s > 0 && *timeout_s <= 86400))
+    return bad(absl::StrFormat("timeout must be in (0, 86400] seconds, got %g", *timeout_s),
+               "timeout");
   if (const body_json* lb = field(j, "logit_bias")) {
     if (!lb->is_object()) return wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty())
@@ -335,6 +341,10 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
     r->logprob_alternatives = params.logprobs;
     r->score_prompt = params.echo;
   }
+  if (timeout_s)
+    r->deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(*timeout_s));
   if (params.echo)
     params.prompt_text = p.has_prompt() ? p.prompt() : ctx.tokenizer->decode(r->prompt_ids);
   out->request = std::move(*r);

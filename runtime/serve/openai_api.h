@@ -21,6 +21,10 @@
 //                    supported; repetition_penalty, a number > 0, is the penalty ltm has)
 //   user             string, recorded in the log only
 //   ignore_eos       boolean (an extension, as vLLM has it)
+//   timeout          number of seconds in (0, 86400] (an extension): the request's deadline.
+//                    One the server projects it cannot meet is refused at once (429 with a
+//                    Retry-After) or shed while it waits (429); one that runs past it ends (408).
+//                    Without it, the server's --request-timeout (if any) applies.
 //   logit_bias (empty only), suffix (null only); other fields are ignored.
 // Every refusal is an ApiError naming the field in `param` (OpenAI's error object), including
 // the body parser's (common/json_parse.h): nesting past kMaxJsonDepth, a duplicate key, a number
