@@ -7,8 +7,8 @@
 // rank 0's gRPC threads or anything else, a spinning thread holds a core that the thread with
 // work needs, and a team whose member was descheduled stalls at its barrier: measured on this
 // 2-core VM while other processes were busy, one-sequence decode ran at 1.5-3 tokens/s with the
-// default against 18-21 with passive waiting (README, "Threads"). We keep the team (starting
-// threads per kernel would cost more) and bound the spin instead.
+// default against 18-21 with passive waiting (docs/benchmarks.md, "Threads"). We keep
+// the team (starting threads per kernel would cost more) and bound the spin instead.
 //
 // libgomp reads its environment once, in its load-time constructor, before main() runs, so the
 // only way for a program to choose the policy for itself is to set the variable and exec itself

@@ -17,6 +17,7 @@
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/engine/sampler.h"
+#include "runtime/engine/step_engine.h"
 #include "runtime/engine/step_plan.h"
 
 namespace ltm {
@@ -27,19 +28,7 @@ struct Comms {
   parallel::Communicator& pp;  // this rank's PP group (same tp_rank, one rank per stage)
 };
 
-struct StepOutput {
-  // One per plan.input.logit_rows entry: the sampled token, or for a scoring row (target >= 0)
-  // the target with its logprob; not ok() for a row whose logits were bad (NaN, +inf, all -inf),
-  // which fails that row's request only.
-  std::vector<SampleResult> samples;
-  std::vector<float> logits;          // [rows, vocab_size] when plan.want_logits
-  std::vector<RowLogprobs> logprobs;  // one per row when plan_wants_logprobs(plan)
-};
-
-// Whether any row of `plan` asks for RowLogprobs (a scoring row, or top_n >= 0).
-bool plan_wants_logprobs(const StepPlan& plan);
-
-class Engine {
+class Engine final : public StepEngine {
  public:
   Engine(Model& model, Backend& backend, KvCache& cache, Comms comms);
 
@@ -49,9 +38,9 @@ class Engine {
   // while the later stages work; collect() returns the oldest submitted plan's samples (waiting
   // for the last stage). With pp stages up to pp plans (micro-batches) keep every stage busy.
   // A plan with want_logits should be collected before the next submit (its logits are large).
-  void submit(const StepPlan& plan);
-  StepOutput collect();
-  int in_flight() const { return static_cast<int>(ready_.size() + in_flight_.size()); }
+  void submit(const StepPlan& plan) override;
+  StepOutput collect() override;
+  int in_flight() const override { return static_cast<int>(ready_.size() + in_flight_.size()); }
   // Rank 0, between steps: loads the PEFT adapter at `dir` as `id` (> 0, unused) on every rank.
   // Rank 0 opens and checks the whole adapter (runtime/model/lora.h) and loads its own slices
   // first; only then does a kLoadAdapter plan tell the other ranks to load theirs, so a defective
@@ -59,13 +48,13 @@ class Engine {
   // the same path on every rank (as the checkpoint): a rank that then cannot load it takes the
   // group down with a message naming it. Later plans naming `id` reach every rank after it.
   absl::Status load_adapter(int32_t id, const std::string& dir, int max_rank,
-                            LoraSummary* summary = nullptr);
+                            LoraSummary* summary = nullptr) override;
   // Rank 0: frees adapter `id` on every rank. No step still to be submitted may name it.
-  void unload_adapter(int32_t id);
+  void unload_adapter(int32_t id) override;
   // Rank 0: releases the other ranks from follow().
   void shutdown();
   // Rank 0, while idle: a plan with nothing to run, which resets the other ranks' idle timeout.
-  void keep_alive();
+  void keep_alive() override;
   // Other ranks: once the first plan has arrived, waiting longer than `seconds` for the next one
   // means rank 0 is stuck, and takes the group down (watchdog message, non-zero exit). <= 0 (the
   // default): wait for ever. The first plan may take any time (rank 0 may still be loading).
@@ -76,7 +65,7 @@ class Engine {
   // Seconds spent in communication on this rank (plan posting excluded), for benchmarks.
   double comm_seconds() const { return comm_seconds_; }
   // Seconds this rank's stage spent in tensor-parallel all-reduces (Model::allreduce_seconds).
-  double allreduce_seconds() const { return model_.allreduce_seconds(); }
+  double allreduce_seconds() const override { return model_.allreduce_seconds(); }
 
  private:
   StepOutput execute(const StepPlan& plan);

@@ -41,7 +41,7 @@ struct Scheduler::Sequence {
   }
 };
 
-Scheduler::Scheduler(Engine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
+Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
                      int32_t n_blocks, int32_t block_size, SchedulerOptions options)
     : engine_(engine),
       tokenizer_(tokenizer),

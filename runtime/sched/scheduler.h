@@ -4,7 +4,8 @@
 // each running sequence its next tokens (one for a decode, a chunk of a long prompt) within a
 // per-step token budget, preempting the newest sequence when KV blocks run out (it is recomputed
 // later, never dropped); admits waiting requests in arrival order while blocks and budget allow;
-// sends the plan to the Engine; turns sampled ids into events (text, stop strings, EOS, length).
+// sends the plan to the engine (StepEngine: the real Engine, or a test's fake); turns sampled
+// ids into events (text, stop strings, EOS, length).
 // Threading: submit()/stats()/drain()/stop() from any thread; run_until_idle()/serve() on the
 // one step thread, which also calls every EventCallback.
 #pragma once
@@ -20,7 +21,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/engine/engine.h"
+#include "runtime/engine/step_engine.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/sched/admission.h"
 #include "runtime/sched/adapters.h"
@@ -70,7 +71,7 @@ struct SchedulerStats {
 class Scheduler final : public RequestSink {
  public:
   // `tokenizer` may be null (ids only: events carry no text and stop strings are refused).
-  Scheduler(Engine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
+  Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
             int32_t n_blocks, int32_t block_size, SchedulerOptions options);
   ~Scheduler() override;
 
@@ -140,7 +141,7 @@ class Scheduler final : public RequestSink {
     int32_t id = 0;
   };
 
-  Engine& engine_;
+  StepEngine& engine_;
   const Tokenizer* tokenizer_;
   ModelConfig config_;
   int32_t block_size_;

@@ -4,12 +4,12 @@
   model's context) and by the PyTorch reference (ltm_testing/reference.py, float64, the same
   fp16 weights and fp16 KV rounding ltm serves with, the same windows and scoring) agree within
   0.1%; and ltm's own figure is sane (far below the vocabulary size, which a broken model gives);
-- the README's demo command (scripts/demo's one-shot run) writes English: most of its words are
+- the demo's one-shot command (scripts/demo's one-shot run) writes English: most of its words are
   words of the training text.
 
 The held-out text is rebuilt from Debian's bible-kjv-text by tools/kjv_corpus.py (chapters i with
 i % 20 == 19); the test uses its first 24,000 characters (about 24 windows) to stay quick - the
-README's figure is for the whole held-out part.
+figure in docs/architecture.md ("The demo model") is for the whole held-out part.
 """
 import json
 import math

@@ -62,7 +62,7 @@ def test_every_other_status_passes_through(tmp_path, mpirun_code):
 
 def test_mpiruns_own_code_for_a_lost_node_becomes_5(tmp_path):
     # 205: ORTE lost communication with a remote daemon (a cut link, a partition, a dead node);
-    # the job scripts requeue 5 (README, "What is requeued").
+    # the job scripts requeue 5 (docs/operations.md, "What is requeued").
     code, _, err, _ = _run(tmp_path, "exit205")
     assert code == 5, err
     assert "mpirun lost contact with a node's daemon (its exit 205" in err, err

@@ -1,7 +1,7 @@
 """The exit codes are written down in three places that must agree (issue 19, item 4):
-common/exit_codes.h (the constants the binaries use), the README's table (code, meaning,
+common/exit_codes.h (the constants the binaries use), docs/operations.md's table (code, meaning,
 requeued) and launcher/slurm/ltm-serve.sbatch's case list (which codes it requeues). Every
-constant has a README row; the codes the README says are requeued are exactly the ones the script
+constant has a row there; the codes the table says are requeued are exactly the ones the script
 requeues; the ones it says are not, the script ends the job with. What each failure really ends
 with is asserted where it is caused: test_mpi_multihost.py (EXIT_CODE), test_e2e_slurm.py,
 test_e2e_ltm_mpirun.py, watchdog_test.
@@ -24,8 +24,9 @@ def header_codes() -> dict:
 
 
 def readme_table() -> dict:
-    """{code: requeued?} from the README's exit-code table (| code | meaning | requeued |)."""
-    text = read("README.md")
+    """{code: requeued?} from the exit-code table in docs/operations.md (| code | meaning |
+    requeued |)."""
+    text = read("docs", "operations.md")
     start = text.index("| code | meaning | requeued |")
     rows = {}
     for line in text[start:].splitlines()[2:]:
@@ -51,7 +52,8 @@ def script_arms() -> dict:
 def test_every_constant_has_a_readme_row():
     table = readme_table()
     missing = {code: name for code, name in header_codes().items() if code not in table}
-    assert not missing, f"exit codes of common/exit_codes.h without a README row: {missing}"
+    assert not missing, \
+        f"exit codes of common/exit_codes.h without a row in docs/operations.md: {missing}"
 
 
 def test_the_readme_and_the_script_requeue_the_same_codes():
@@ -60,7 +62,7 @@ def test_the_readme_and_the_script_requeue_the_same_codes():
     requeued_script = {c for c, r in arms.items() if r}
     assert requeued_readme == requeued_script, (requeued_readme, requeued_script)
     for code in (c for c, r in table.items() if not r and c != 0):
-        assert code in arms and not arms[code], f"{code}: the README says not requeued"
+        assert code in arms and not arms[code], f"{code}: docs/operations.md says not requeued"
 
 
 def test_lost_peers_are_requeued():

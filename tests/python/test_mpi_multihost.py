@@ -9,7 +9,7 @@ pinned to the bridge subnet.
   in-flight call UNAVAILABLE, end the coordinator, every surviving rank and mpirun non-zero with a
   message naming what was lost, within the bound stated in BOUNDS_S, and leave no process on any
   host. The bound is asserted with a margin of 2x as a hang guard, not as a speed test; the
-  measured times are printed (README, "When a node fails").
+  measured times are printed (docs/operations.md, "When a node fails").
 """
 import json
 import os
@@ -197,7 +197,8 @@ LOST_MESSAGE = {
     "freeze": ["aborting the group (peer: rank 2 on h1)",
                "ltm-mpirun: every rank on h0 has ended"],
 }
-# How ltm-mpirun (and so the job) exits (README, "What is requeued": every one is requeued): a
+# How ltm-mpirun (and so the job) exits (docs/operations.md, "What is requeued": every one is
+# requeued): a
 # killed rank 128 + SIGKILL; a lost node's daemon, mpirun's own 205, as 5; the watchdog's abort
 # of a frozen host, and ltm-mpirun's kill of the mpirun left waiting for it, 5.
 EXIT_CODE = {"kill-rank": 137, "cut-link": 5, "partition": 5, "freeze": 5}
