@@ -152,6 +152,22 @@ AdmissionVerdict decide_admission(bool model_ready, double finish_s, double dead
   return v;
 }
 
+double harm_to_others(const Projection& without, const Projection& with,
+                      const std::vector<double>& running_deadline_in_s,
+                      const std::vector<double>& waiting_deadline_in_s) {
+  double worst = 0;
+  auto check = [&](const std::vector<double>& before, const std::vector<double>& after,
+                   const std::vector<double>& deadline) {
+    const size_t n = std::min({before.size(), after.size(), deadline.size()});
+    for (size_t i = 0; i < n; ++i)
+      if (before[i] <= deadline[i] && after[i] > deadline[i])
+        worst = std::max(worst, after[i] - deadline[i]);
+  };
+  check(without.running_s, with.running_s, running_deadline_in_s);
+  check(without.waiting_s, with.waiting_s, waiting_deadline_in_s);
+  return worst;
+}
+
 std::vector<ShedChoice> choose_shed(const StepCostModel& model, const std::vector<SeqLoad>& running,
                                 const std::vector<SeqLoad>& waiting,
                                 const std::vector<double>& deadline_in_s, ProjectionLimits limits,

@@ -17,7 +17,9 @@
 // growth with context length.
 //
 // Decisions: refuse a new request whose projected finish (queued behind everything waiting)
-// does not fit `fill` of the time to its deadline, with a Retry-After of the overshoot; shed,
+// does not fit `fill` of the time to its deadline, or whose admission would make a request that
+// meets its deadline miss it (its share of every later step slows the others), with a Retry-After
+// of the overshoot; shed,
 // first to last, waiting requests whose projected finish passed their deadline (each shed one
 // frees the time of those behind it, so the projection is redone after each); choose as
 // preemption victim the newest candidate that keeps its deadline after recomputing, else the
@@ -87,6 +89,14 @@ struct AdmissionVerdict {
 // finish_s <= fill * deadline_in_s.
 AdmissionVerdict decide_admission(bool model_ready, double finish_s, double deadline_in_s,
                                   double fill);
+
+// Whether admitting a request breaks a promise: some running or waiting request whose projected
+// finish meets its deadline (seconds from now, +inf: none) without the new one (`without`) misses
+// it with it (`with`, the same sequences, the new one last among the waiting). Returns the worst
+// overshoot in seconds (0: none harmed).
+double harm_to_others(const Projection& without, const Projection& with,
+                      const std::vector<double>& running_deadline_in_s,
+                      const std::vector<double>& waiting_deadline_in_s);
 
 struct ShedChoice {
   size_t index;     // into `waiting`

@@ -86,24 +86,50 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
           absl::StrCat("queue is full (", options_.max_queue, " requests waiting); retry later"));
     }
     if (options_.admission && seq->req.deadline != Clock::time_point::max()) {
-      // When would it finish, queued behind everything waiting?
+      // When would it finish, queued behind everything waiting, and would the others still
+      // meet their deadlines?
+      auto in_s = [&](Clock::time_point d) {
+        return d == Clock::time_point::max()
+                   ? std::numeric_limits<double>::infinity()
+                   : std::chrono::duration<double>(d - seq->t_submit).count();
+      };
       std::vector<SeqLoad> waiting = published_waiting_;
-      for (const auto& s : incoming_) waiting.push_back(s->load());
+      std::vector<double> running_in, waiting_in;
+      for (const auto& d : published_running_deadline_) running_in.push_back(in_s(d));
+      for (const auto& d : published_waiting_deadline_) waiting_in.push_back(in_s(d));
+      for (const auto& s : incoming_) {
+        waiting.push_back(s->load());
+        waiting_in.push_back(in_s(s->req.deadline));
+      }
+      const Projection without =
+          project(published_cost_, published_running_, waiting, projection_limits());
       waiting.push_back(seq->load());
-      const double finish_s =
-          project(published_cost_, published_running_, waiting, projection_limits())
-              .waiting_s.back();
-      const double deadline_in_s =
-          std::chrono::duration<double>(seq->req.deadline - seq->t_submit).count();
-      const AdmissionVerdict v = decide_admission(published_cost_.ready(), finish_s,
-                                                  deadline_in_s, options_.admission_fill);
+      const Projection with =
+          project(published_cost_, published_running_, waiting, projection_limits());
+      const double finish_s = with.waiting_s.back();
+      const double deadline_in_s = in_s(seq->req.deadline);
+      AdmissionVerdict v = decide_admission(published_cost_.ready(), finish_s, deadline_in_s,
+                                            options_.admission_fill);
+      std::string why;
+      if (!v.admit) {
+        why = absl::StrFormat("this request would finish in about %.1f s (%d requests ahead of "
+                              "it), after its deadline in %.1f s",
+                              finish_s, static_cast<int>(waiting.size() - 1), deadline_in_s);
+      } else if (published_cost_.ready()) {
+        const double harm = harm_to_others(without, with, running_in, waiting_in);
+        if (harm > 0) {
+          v.admit = false;
+          v.retry_after_s = std::max(1.0, std::ceil(harm));
+          why = absl::StrFormat("admitted, this request would make admitted ones miss their "
+                                "deadlines (by up to %.1f s)",
+                                harm);
+        }
+      }
       if (!v.admit) {
         if (options_.metrics) options_.metrics->count_refused(RefuseReason::kDeadline);
         return with_retry_after(
-            absl::ResourceExhaustedError(absl::StrFormat(
-                "deadline: this request would finish in about %.1f s (%d requests ahead of it), "
-                "after its deadline in %.1f s; retry after %.0f s",
-                finish_s, static_cast<int>(waiting.size() - 1), deadline_in_s, v.retry_after_s)),
+            absl::ResourceExhaustedError(absl::StrFormat("deadline: %s; retry after %.0f s", why,
+                                                         v.retry_after_s)),
             v.retry_after_s);
       }
     }
@@ -287,7 +313,8 @@ bool Scheduler::submit_plan() {
   plan->t_submit = now();
   std::vector<Sequence*>& batch = plan->batch;
   // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
-  // newest one that is neither in flight nor in this batch (possibly this very sequence).
+  // newest one that is not in flight (possibly this very sequence), or with deadline-aware
+  // admission one that keeps its deadline when the newest would not (pick_victim).
   for (auto it = running_.begin();
        it != running_.end() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs;) {
     Sequence* seq = it->get();
@@ -773,14 +800,21 @@ std::list<std::unique_ptr<Scheduler::Sequence>>::iterator Scheduler::pick_victim
 
 void Scheduler::publish_loads() {
   std::vector<SeqLoad> running, waiting;
-  running.reserve(running_.size());
-  waiting.reserve(waiting_.size());
-  for (const auto& s : running_) running.push_back(s->load());
-  for (const auto& s : waiting_) waiting.push_back(s->load());
+  std::vector<Clock::time_point> running_deadline, waiting_deadline;
+  for (const auto& s : running_) {
+    running.push_back(s->load());
+    running_deadline.push_back(s->req.deadline);
+  }
+  for (const auto& s : waiting_) {
+    waiting.push_back(s->load());
+    waiting_deadline.push_back(s->req.deadline);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   published_cost_ = cost_;
   published_running_.swap(running);
   published_waiting_.swap(waiting);
+  published_running_deadline_.swap(running_deadline);
+  published_waiting_deadline_.swap(waiting_deadline);
 }
 
 }  // namespace ltm

@@ -169,6 +169,8 @@ class Scheduler final : public RequestSink {
   // What submit() projects over (guarded by mu_): the step thread's copy after each step.
   StepCostModel published_cost_;
   std::vector<SeqLoad> published_running_, published_waiting_;
+  std::vector<std::chrono::steady_clock::time_point> published_running_deadline_,
+      published_waiting_deadline_;
   std::vector<AdapterOp> unloads_;  // step thread: unloads waiting for their requests
 };
 
