@@ -202,6 +202,20 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   sizing.kv_memory_mb = o.kv_memory_mb;
   sizing.serving = !o.listen.empty();
   sizing.precision = rs->kv_precision;
+  if (const int64_t device_memory = rs->backend->device_memory_bytes(); device_memory > 0) {
+    // A GPU: the same inputs as ltm-plan's (capacity_plan.cpp), the largest stage's weights.
+    sizing.device_memory_bytes = device_memory;
+    sizing.gpu_memory_fraction = o.gpu_memory_fraction;
+    for (int s = 0; s < o.pp; ++s)
+      sizing.weight_bytes = std::max(sizing.weight_bytes,
+                                     weight_bytes_per_rank(config, ShardSpec{o.tp, 0, o.pp, s},
+                                                           precisions.weights));
+    sizing.activation_bytes = gpu_activation_bytes(
+        config.n_embd, config.n_inner, parallel::padded_vocab(config.vocab_size, o.tp), o.tp,
+        o.max_batch_tokens, o.max_running);
+    sizing.graph_bytes = kGpuGraphBytes;
+    sizing.overhead_bytes = kGpuRuntimeBytes;
+  }
   LTM_ASSIGN_OR_RETURN(rs->n_blocks, plan_kv_blocks(sizing));
   rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
                                         rs->model->n_head_local(), config.head_dim(),

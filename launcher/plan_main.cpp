@@ -46,7 +46,8 @@ absl::StatusOr<ltm::ModelConfig> load_model(const std::string& model) {
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::string model, device, weight_dtype = "f32", kv_dtype;
-  int world = 1, batch = 32, devices_per_node = 0;
+  int world = 1, batch = 32, devices_per_node = 0, max_running = 64;
+  double gpu_memory_fraction = 0.9;
   int64_t context = 0, prefill_chunk = 512, kv_memory_mb = 0;
   int32_t block_size = 16;
   double memory_gb = 0, bandwidth_gbs = 0, tflops = 0, tflops16 = 0, link_gbs = 0,
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
       ("prefill-chunk", po::value(&prefill_chunk)->default_value(512), "prompt tokens per prefill step (--max-batch-tokens)")
       ("kv-memory-mb", po::value(&kv_memory_mb)->default_value(0), "ltm-worker's --kv-memory-mb (0: its default)")
       ("block-size", po::value(&block_size)->default_value(16), "ltm-worker's --block-size")
+      ("gpu-memory-fraction", po::value(&gpu_memory_fraction)->default_value(0.9), "ltm-worker's --gpu-memory-fraction (a GPU's default KV budget)")
+      ("max-running", po::value(&max_running)->default_value(64), "ltm-worker's --max-running (a GPU's activations)")
       ("one-shot", po::bool_switch(&one_shot), "size the KV cache as the one-shot command does (default: as a server)")
       ("memory-gb", po::value(&memory_gb), "device memory, GB (10^9 bytes)")
       ("bandwidth-gbs", po::value(&bandwidth_gbs), "memory read bandwidth, GB/s")
@@ -153,7 +156,12 @@ int main(int argc, char** argv) {
   in.kv_memory_mb = kv_memory_mb;
   in.block_size = block_size;
   in.serving = !one_shot;
+  in.gpu_memory_fraction = gpu_memory_fraction;
+  in.max_running = max_running;
   if (kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");
+  if (!(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1))
+    return fail("--gpu-memory-fraction must be in (0, 1]");
+  if (max_running < 1) return fail("--max-running must be >= 1");
   auto plan = ltm::make_plan(in);
   if (!plan.ok()) return fail(std::string(plan.status().message()));
   if (json) {

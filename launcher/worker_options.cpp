@@ -55,7 +55,8 @@ po::options_description describe(WorkerOptions* o) {
       ("device", po::value(&o->device)->default_value("cpu"), "cpu | cuda")
       ("collective-timeout", po::value(&o->collective_timeout_s)->default_value(300.0), "seconds before a stuck collective takes the group down")
       ("block-size", po::value(&o->block_size)->default_value(16), "tokens per KV cache block")
-      ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server 1024)")
+      ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server: 1024 on the CPU, on a GPU --gpu-memory-fraction of what weights, activations and graphs leave)")
+      ("gpu-memory-fraction", po::value(&o->gpu_memory_fraction)->default_value(0.9), "serving on a GPU with no --kv-memory-mb: the share of the device memory left after weights, activations and CUDA graphs that the KV cache takes")
       ("max-batch-tokens", po::value(&o->max_batch_tokens)->default_value(512), "new tokens per step (prefill chunk budget)")
       ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")
       ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
@@ -182,6 +183,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (!(o->keepalive_s > 0)) return fail("--keepalive-s must be > 0 seconds");
   if (o->block_size < 1 || o->block_size > 1024) return fail("--block-size must be in [1, 1024]");
   if (o->kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");
+  if (!(o->gpu_memory_fraction > 0 && o->gpu_memory_fraction <= 1))
+    return fail("--gpu-memory-fraction must be in (0, 1]");
   if (o->max_batch_tokens < 1) return fail("--max-batch-tokens must be at least 1");
   if (o->max_running < 1) return fail("--max-running must be at least 1");
   if (o->max_queue < 1) return fail("--max-queue must be at least 1");

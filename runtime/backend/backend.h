@@ -86,6 +86,10 @@ class Backend {
   // Host threads the caller may use beside the backend's work (the engine samples the rows of a
   // step on them): the CPU backend's --threads, 1 for a device backend.
   virtual int host_threads() const { return 1; }
+  // The device's own memory, bytes (a GPU's total as cudaMemGetInfo reports it): the default KV
+  // budget is what weights, activations and graphs leave of it (runtime/model/kv_cache.h). 0 for
+  // the CPU, whose default budget is a fixed one.
+  virtual int64_t device_memory_bytes() const { return 0; }
 
   // --- memory ---
   virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised

@@ -122,6 +122,12 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return name_; }
+  int64_t device_memory_bytes() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaSetDevice(device_);
+    return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess
+               ? static_cast<int64_t>(total_bytes) : 0;
+  }
   bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const override {
     *max_head_dim = 256;  // the prefill kernel's shared tiles; decode reads float4 above 128
     return head_dim <= 128 || (head_dim <= *max_head_dim && head_dim % 4 == 0);

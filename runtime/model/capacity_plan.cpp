@@ -69,7 +69,7 @@ std::vector<DeviceSpec> make_table() {
     d.network_bandwidth = 25 * kGB;
     d.network_latency_s = 20e-6;
     d.devices_per_node = 8;
-    d.overhead_bytes = 2 * kGiB;
+    d.overhead_bytes = kGpuRuntimeBytes;
     d.usable_fraction = 0.95;
     d.source =
         "NVIDIA A100 Tensor Core GPU data sheet (80 GB HBM2e, 2,039 GB/s, FP32 19.5 TFLOPS, "
@@ -88,7 +88,7 @@ std::vector<DeviceSpec> make_table() {
     d.network_bandwidth = 50 * kGB;
     d.network_latency_s = 15e-6;
     d.devices_per_node = 8;
-    d.overhead_bytes = 2 * kGiB;
+    d.overhead_bytes = kGpuRuntimeBytes;
     d.usable_fraction = 0.95;
     d.source =
         "NVIDIA H100 Tensor Core GPU data sheet, SXM (80 GB HBM3, 3.35 TB/s, FP32 67 TFLOPS, "
@@ -107,7 +107,7 @@ std::vector<DeviceSpec> make_table() {
     d.network_bandwidth = 50 * kGB;
     d.network_latency_s = 15e-6;
     d.devices_per_node = 8;
-    d.overhead_bytes = 2 * kGiB;
+    d.overhead_bytes = kGpuRuntimeBytes;
     d.usable_fraction = 0.95;
     d.source =
         "NVIDIA H200 Tensor Core GPU data sheet, SXM (141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, "
@@ -216,9 +216,25 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     sizing.kv_memory_mb = in.kv_memory_mb;
     sizing.serving = in.serving;
     sizing.precision = in.kv;
+    if (!dev.shared_by_ranks) {  // a GPU: what is left of its memory (kv_cache.h)
+      sizing.device_memory_bytes = dev.memory_bytes;
+      sizing.gpu_memory_fraction = in.gpu_memory_fraction;
+      for (int s = 0; s < pp; ++s)
+        sizing.weight_bytes = std::max(
+            sizing.weight_bytes, weight_bytes_per_rank(c, ShardSpec{tp, 0, pp, s}, in.weights));
+      sizing.activation_bytes = gpu_activation_bytes(d, c.n_inner, parallel::padded_vocab(V, tp),
+                                                     tp, in.prefill_chunk, in.max_running);
+      sizing.graph_bytes = kGpuGraphBytes;
+      sizing.overhead_bytes = dev.overhead_bytes;
+    }
     const absl::StatusOr<int32_t> blocks = plan_kv_blocks(sizing);
-    if (!blocks.ok()) return blocks.status();
-    lp.worker_kv_blocks = *blocks;
+    if (blocks.ok()) {
+      lp.worker_kv_blocks = *blocks;
+    } else if (sizing.device_memory_bytes > 0 && in.kv_memory_mb == 0) {
+      lp.worker_kv_blocks = 0;  // the worker refuses to start: no room for one context
+    } else {
+      return blocks.status();
+    }
 
     const int64_t vpad_local = parallel::padded_vocab(V, tp) / tp;
     std::vector<StageWork> work;

@@ -67,6 +67,10 @@ struct PlanInput {
   int64_t kv_memory_mb = 0;
   int32_t block_size = 16;
   bool serving = true;
+  // On a GPU (a device not shared_by_ranks) the worker's default KV budget (kv_cache.h,
+  // gpu_kv_budget_bytes): --gpu-memory-fraction, and --max-running for the activations.
+  double gpu_memory_fraction = 0.9;
+  int max_running = 64;
 };
 
 struct StagePlan {

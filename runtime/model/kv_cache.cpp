@@ -28,13 +28,42 @@ int64_t KvCache::block_bytes(int64_t n_layers, int64_t n_head_local, int64_t hea
          static_cast<int64_t>(precision_size(precision));
 }
 
+int64_t gpu_activation_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp,
+                             int64_t max_tokens, int64_t max_sequences) {
+  const int64_t t = std::max<int64_t>(tp, 1);
+  const int64_t per_row = 2 * n_embd + (3 * n_embd + n_embd) / t + n_inner / t;
+  const int64_t rows = std::max<int64_t>(max_tokens, 1);
+  const int64_t logits = std::min(rows, std::max<int64_t>(max_sequences, 1)) * (vocab_padded / t);
+  return 2 * (rows * per_row + logits) * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t gpu_kv_budget_bytes(const KvSizing& z) {
+  const int64_t left = z.device_memory_bytes - z.weight_bytes - z.activation_bytes -
+                       z.graph_bytes - z.overhead_bytes;
+  return left > 0 ? static_cast<int64_t>(static_cast<double>(left) * z.gpu_memory_fraction) : 0;
+}
+
 absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& z) {
   const int64_t per_block =
       KvCache::block_bytes(z.n_layers_local, z.n_head_local, z.head_dim, z.block_size, z.precision);
   const int32_t context_blocks = blocks_for(z.n_positions, z.block_size);
-  int64_t budget_mb = z.kv_memory_mb;
-  if (budget_mb == 0) budget_mb = z.serving ? 1024 : 0;
-  int64_t n_blocks = budget_mb > 0 ? (budget_mb << 20) / per_block : context_blocks;
+  int64_t budget_bytes = z.kv_memory_mb << 20;
+  if (z.kv_memory_mb == 0 && z.serving) {
+    if (z.device_memory_bytes > 0) {
+      budget_bytes = gpu_kv_budget_bytes(z);
+      if (budget_bytes / per_block < context_blocks)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the GPU has no room for one context of KV cache (", context_blocks, " blocks of ",
+            per_block, " bytes; --kv-memory-mb sets a smaller budget): ",
+            z.gpu_memory_fraction, " x (", z.device_memory_bytes >> 20,
+            " MiB of device memory - weights ", z.weight_bytes >> 20, " MiB - activations ",
+            z.activation_bytes >> 20, " MiB - graphs ", z.graph_bytes >> 20, " MiB - runtime ",
+            z.overhead_bytes >> 20, " MiB) leaves ", budget_bytes >> 20, " MiB"));
+    } else {
+      budget_bytes = int64_t{1024} << 20;
+    }
+  }
+  int64_t n_blocks = budget_bytes > 0 ? budget_bytes / per_block : context_blocks;
   if (n_blocks < context_blocks && z.kv_memory_mb == 0) n_blocks = context_blocks;
   if (n_blocks < 1)
     return absl::InvalidArgumentError(absl::StrCat("--kv-memory-mb ", z.kv_memory_mb,

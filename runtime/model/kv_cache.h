@@ -45,10 +45,15 @@ inline int32_t blocks_for(int64_t n_tokens, int32_t block_size) {
 
 // The KV sizing policy: how many blocks every rank of a layout holds (the same count on every
 // rank, sized for the stage with the most layers). `kv_memory_mb` is the per-rank budget
-// (--kv-memory-mb); 0 means the default: 1024 MB when serving, else one full context (the
-// one-shot command runs one sequence). A budget below one context is honoured when given (the
-// scheduler preempts) but never chosen by default. InvalidArgument when the budget holds no
-// block. Capped at 2^30 blocks.
+// (--kv-memory-mb); 0 means the default:
+// - serving on a GPU (device_memory_bytes > 0): gpu_kv_budget_bytes below, the memory left after
+//   weights, activations, CUDA graphs and the runtime, times --gpu-memory-fraction;
+// - serving on the CPU: 1024 MB (host memory is shared with everything else on the machine);
+// - one-shot: one full context (the command runs one sequence).
+// A budget below one context is honoured when given (the scheduler preempts) but never chosen by
+// default. InvalidArgument when the budget holds no block. Capped at 2^30 blocks.
+// ltm-worker (launcher/model_setup.cpp) and ltm-plan (capacity_plan.cpp) both size with this, so
+// the plan and the worker's memory report show the same figure.
 struct KvSizing {
   int64_t n_layers_local = 0;  // layers of the largest stage (parallel::max_stage_layers)
   int64_t n_head_local = 0;
@@ -58,7 +63,34 @@ struct KvSizing {
   int64_t kv_memory_mb = 0;
   bool serving = false;
   Precision precision = Precision::kF32;
+  // The device, for the GPU default. 0: a CPU rank.
+  int64_t device_memory_bytes = 0;  // the GPU's memory (cudaMemGetInfo's total)
+  double gpu_memory_fraction = 0.9; // --gpu-memory-fraction
+  int64_t weight_bytes = 0;         // the rank's weights (the largest stage's)
+  int64_t activation_bytes = 0;     // gpu_activation_bytes
+  int64_t graph_bytes = 0;          // kGpuGraphBytes
+  int64_t overhead_bytes = 0;       // kGpuRuntimeBytes
 };
+
+// What a GPU rank holds besides weights and KV cache, as both the worker and the plan count it:
+// the CUDA context, cuBLAS(Lt) workspaces and NCCL's buffers (kGpuRuntimeBytes, the figure the
+// plan's device table has always used), and the captured decode graphs' executables (their
+// buffers are the activation workspace, sized for the largest bucket: nothing allocated in
+// capture).
+inline constexpr int64_t kGpuRuntimeBytes = int64_t{2} << 30;
+inline constexpr int64_t kGpuGraphBytes = int64_t{256} << 20;
+
+// The activations of one step on a rank: `max_tokens` rows (--max-batch-tokens) through the
+// widest layer of this rank's shard (the residual stream, its LayerNorm, Q/K/V, attention's
+// output and the 4d MLP, f32) and the last rows' logits over this rank's vocabulary slice (one
+// per sequence, at most `max_sequences`), twice over (the forward pass keeps its inputs while
+// writing outputs, and the workspace is double-buffered for the pipeline).
+int64_t gpu_activation_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp,
+                             int64_t max_tokens, int64_t max_sequences);
+
+// fraction x (device memory - weights - activations - graphs - runtime), at least 0.
+int64_t gpu_kv_budget_bytes(const KvSizing& sizing);
+
 absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& sizing);
 
 }  // namespace ltm

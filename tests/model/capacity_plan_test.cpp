@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/model/kv_cache.h"
+
 namespace ltm {
 namespace {
 
@@ -190,6 +192,54 @@ TEST(CapacityPlan, InvalidLayoutsAndModelsThatDoNotFit) {
   EXPECT_FALSE(make_plan(in).ok());
   EXPECT_FALSE(find_device("tpu").has_value());
   EXPECT_TRUE(find_device("H100-SXM").has_value());
+}
+
+// Issue 20, item 8: on GPUs the worker's default KV cache is what is left of the device, not the
+// CPU's 1 GiB (which gave 227 blocks, ~3.6k tokens, here).
+TEST(CapacityPlan, Gpt3_175bOnSixteenH100sGetsTheGpuMemoryLeftForKv) {
+  PlanInput in;
+  in.config = gpt3(96, 12288, 96);
+  in.device = *find_device("h100-sxm");
+  in.world_size = 16;
+  in.weights = Precision::kBF16;
+  in.kv = Precision::kF16;
+  const Plan p = *make_plan(in);
+  const LayoutPlan& l = layout(p, 8, 2);
+  // 0.9 x (80 GB - 22014566400 weights - activations - 256 MiB graphs - 2 GiB runtime) over
+  // 16 x 294912 bytes a block. Activations: 2 x (512 x (2 d + 4 d / 8 + 4 d / 8) + 64 x 50264
+  // / 8) x 4 bytes, d = 12288.
+  const int64_t d = 12288;
+  const int64_t act = 2 * (512 * (2 * d + 4 * d / 8 + 4 * d / 8) + 64 * (50264 / 8)) * 4;
+  const int64_t left = 80 * int64_t{1000000000} - 22014566400 - act - (int64_t{256} << 20) -
+                       (int64_t{2} << 30);
+  const int64_t blocks = static_cast<int64_t>(left * 0.9) / (16 * 294912);
+  EXPECT_EQ(l.worker_kv_blocks, blocks);
+  EXPECT_GT(int64_t{l.worker_kv_blocks} * 16, 165000);  // ~170k tokens per rank
+  EXPECT_LT(int64_t{l.worker_kv_blocks} * 16, 175000);
+  EXPECT_EQ(l.worker_kv_bytes, int64_t{l.worker_kv_blocks} * 16 * 294912);
+  // The worker's own sizing call with the device memory as an input gives the same figure.
+  KvSizing z;
+  z.n_layers_local = 48;
+  z.n_head_local = 12;
+  z.head_dim = 128;
+  z.n_positions = 2048;
+  z.serving = true;
+  z.precision = Precision::kF16;
+  z.device_memory_bytes = 80 * int64_t{1000000000};
+  z.weight_bytes = 22014566400;
+  z.activation_bytes = gpu_activation_bytes(d, 4 * d, 50264, 8, 512, 64);
+  z.graph_bytes = kGpuGraphBytes;
+  z.overhead_bytes = kGpuRuntimeBytes;
+  EXPECT_EQ(z.activation_bytes, act);
+  EXPECT_EQ(*plan_kv_blocks(z), l.worker_kv_blocks);
+  // A single H100 (world 1) holds no 175B model: no KV blocks.
+  in.world_size = 1;
+  const Plan one = *make_plan(in);
+  EXPECT_EQ(layout(one, 1, 1).worker_kv_blocks, 0);
+  // --gpu-memory-fraction 0.45: half.
+  in.world_size = 16;
+  in.gpu_memory_fraction = 0.45;
+  EXPECT_NEAR(layout(*make_plan(in), 8, 2).worker_kv_blocks, blocks / 2.0, 1);
 }
 
 TEST(CapacityPlan, WorkerKvCacheFollowsItsSizingPolicy) {

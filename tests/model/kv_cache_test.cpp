@@ -64,6 +64,53 @@ TEST(PlanKvBlocks, ABudgetBelowOneBlockIsRefusedWithTheNumbers) {
       << n.status();
 }
 
+// GPT-2 small on a 24 GiB GPU: 0.9 x (24 GiB - weights - activations - graphs - runtime).
+KvSizing gpt2_small_on_gpu(int64_t device_memory, double fraction) {
+  KvSizing z = gpt2_small(0, true);
+  z.device_memory_bytes = device_memory;
+  z.gpu_memory_fraction = fraction;
+  z.weight_bytes = 500 << 20;
+  z.activation_bytes = gpu_activation_bytes(768, 3072, 50304, 1, 512, 64);
+  z.graph_bytes = kGpuGraphBytes;
+  z.overhead_bytes = kGpuRuntimeBytes;
+  return z;
+}
+
+TEST(PlanKvBlocks, ServingOnAGpuTakesTheFractionOfWhatIsLeft) {
+  const int64_t per_block = KvCache::block_bytes(12, 12, 64, 16);
+  const KvSizing z = gpt2_small_on_gpu(int64_t{24} << 30, 0.9);
+  // Activations: 2 x (512 rows x (2 d + 3 d + d + 4 d) + 64 rows x 50304) x 4 bytes.
+  EXPECT_EQ(z.activation_bytes, 2 * (512 * (10 * 768) + 64 * 50304) * 4);
+  const int64_t left = (int64_t{24} << 30) - (500 << 20) - z.activation_bytes -
+                       (int64_t{256} << 20) - (int64_t{2} << 30);
+  EXPECT_EQ(gpu_kv_budget_bytes(z), static_cast<int64_t>(left * 0.9));
+  auto n = plan_kv_blocks(z);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, static_cast<int64_t>(left * 0.9) / per_block);
+  // Half the fraction, half the blocks (to one block); a given budget still wins; one-shot
+  // still sizes for one context.
+  auto half = plan_kv_blocks(gpt2_small_on_gpu(int64_t{24} << 30, 0.45));
+  ASSERT_TRUE(half.ok());
+  EXPECT_NEAR(*half, *n / 2, 1);
+  KvSizing given = z;
+  given.kv_memory_mb = 3;
+  EXPECT_EQ(*plan_kv_blocks(given), 2);
+  KvSizing one_shot = z;
+  one_shot.serving = false;
+  EXPECT_EQ(*plan_kv_blocks(one_shot), blocks_for(1024, 16));
+}
+
+TEST(PlanKvBlocks, AGpuWithoutRoomForOneContextIsRefusedWithTheNumbers) {
+  // 2.8 GiB: the 2 GiB runtime, 256 MiB of graphs, 500 MiB of weights and 33 MiB of activations
+  // leave ~30 MiB, less than one 1024-token context (64 blocks of 1.5 MB).
+  auto n = plan_kv_blocks(gpt2_small_on_gpu(int64_t{2867} << 20, 0.9));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(n.status().message().find("no room for one context"), std::string::npos)
+      << n.status();
+  EXPECT_NE(n.status().message().find("weights 500 MiB"), std::string::npos) << n.status();
+}
+
 TEST(KvCache, StorageStartsZeroed) {
   auto backend = make_cpu_backend(1);
   KvCache cache(*backend, 2, 3, 8, 4, 5);

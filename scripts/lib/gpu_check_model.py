@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""scripts/gpu_check's model step: the whole model in bf16 on the GPU against the CPU backend in
+fp32, on one checkpoint made here with torch.
+
+  gpu_check_model.py LTM_WORKER OUT_DIR
+
+The checkpoint (4 layers, d 256, 4 heads of 64, vocab 512, bf16 so both runs read the same
+values) has its token embedding scaled to std 0.1 (the rest std 0.02, W^Q/W^K 0.2): the tied LM
+head then gives each step's top token a margin far above bf16's error, so greedy decoding must
+agree token for token, while attention and the MLP still move every logit. Checked over 32
+greedy steps: the same tokens; each step's logits within TOL_REL x that step's largest |logit|
+of the fp32 ones (bf16 keeps 8 significant bits; 4 layers of bf16 activations with fp32
+accumulation stay well inside 3%); the fp32 run's smallest top-2 margin above twice that bound
+(else the checkpoint could not tell a wrong token from rounding, and the step fails).
+Prints "result: ..." (scripts/gpu_check's detail) and exits 1 on any failure.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+TOL_REL = 0.03
+STEPS = 32
+PROMPT = [17, 301, 45, 9, 250, 77, 3, 128]
+
+
+def read_npy(path):
+    """(shape, flat list of floats) of a little-endian float32 .npy (no numpy needed)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:6] == b"\x93NUMPY", path
+    major = data[6]
+    hlen = struct.unpack_from("<H" if major == 1 else "<I", data, 8)[0]
+    start = (10 if major == 1 else 12) + hlen
+    header = data[(10 if major == 1 else 12):start].decode("latin1")
+    d = eval(header, {"__builtins__": {}})  # numpy's own header is a Python dict literal
+    assert d["descr"] == "<f4" and not d["fortran_order"], header
+    n = 1
+    for s in d["shape"]:
+        n *= s
+    return tuple(d["shape"]), list(struct.unpack_from(f"<{n}f", data, start))
+
+
+def make_model(path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "tests", "python"))
+    from ltm_testing import checkpoint as ck  # torch (and numpy) from this Python
+
+    ck.make_checkpoint(path, vocab_size=512, n_positions=128, n_embd=256, n_layer=4, n_head=4,
+                       std=0.02, qk_std=0.2, seed=20, dtype="BF16")
+    weights = ck.load_checkpoint(path)
+    weights["wte.weight"] = weights["wte.weight"] * 5.0
+    records = []
+    for name, t in weights.items():
+        raw, _ = ck._to_bytes(t, "BF16")
+        records.append((ck.PREFIX + name, "BF16", tuple(t.shape), raw))
+    ck.write_safetensors(os.path.join(path, ck.SINGLE_FILE), records, {"format": "pt"})
+
+
+def run(worker, model, device, dtype, logits_path):
+    cmd = [worker, "--model", model, "--device", device, "--weight-dtype", dtype,
+           "--kv-dtype", dtype, "--prompt-ids", ",".join(map(str, PROMPT)),
+           "--max-new-tokens", str(STEPS), "--temperature", "0", "--output", "json",
+           "--dump-logits", logits_path]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    sys.stdout.write(p.stderr[-2000:])
+    if p.returncode != 0:
+        raise RuntimeError(f"{device} run failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])["generated_ids"]
+
+
+def main():
+    worker, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    model = os.path.join(out, "checkpoint")
+    try:
+        make_model(model)
+        cpu_ids = run(worker, model, "cpu", "f32", os.path.join(out, "cpu_logits.npy"))
+        gpu_ids = run(worker, model, "cuda", "bf16", os.path.join(out, "cuda_logits.npy"))
+        (n, v), cpu = read_npy(os.path.join(out, "cpu_logits.npy"))
+        shape, gpu = read_npy(os.path.join(out, "cuda_logits.npy"))
+    except Exception as e:  # noqa: BLE001 - every failure is this step's result
+        print(f"result: {e}")
+        return 1
+    print("cpu ids ", cpu_ids)
+    print("cuda ids", gpu_ids)
+    problems = []
+    if len(cpu_ids) != STEPS or cpu_ids != gpu_ids:
+        first = next((i for i, (a, b) in enumerate(zip(cpu_ids, gpu_ids)) if a != b),
+                     min(len(cpu_ids), len(gpu_ids)))
+        problems.append(f"tokens differ from step {first}")
+    if shape != (n, v) or n < STEPS:
+        problems.append(f"logits shapes {shape} and {(n, v)}, expected ({STEPS}, vocab)")
+    worst_rel, min_margin_rel = 0.0, float("inf")
+    for i in range(min(n, shape[0])):
+        c, g = cpu[i * v:(i + 1) * v], gpu[i * v:(i + 1) * v]
+        scale = max(abs(x) for x in c)
+        worst_rel = max(worst_rel, max(abs(a - b) for a, b in zip(c, g)) / scale)
+        top = sorted(c, reverse=True)
+        min_margin_rel = min(min_margin_rel, (top[0] - top[1]) / scale)
+    if worst_rel > TOL_REL:
+        problems.append(f"logits differ by {worst_rel:.4f} of the row's largest |logit| "
+                        f"(tolerance {TOL_REL})")
+    if min_margin_rel <= 2 * TOL_REL:
+        problems.append(f"the checkpoint's smallest top-2 margin {min_margin_rel:.4f} is not "
+                        f"above twice the tolerance")
+    summary = (f"{STEPS} greedy tokens {'identical' if cpu_ids == gpu_ids else 'DIFFERENT'}; "
+               f"max |logit diff| {worst_rel:.4f} of row max (tolerance {TOL_REL}); smallest "
+               f"top-2 margin {min_margin_rel:.3f} of row max")
+    print("result:", summary + ("; " + "; ".join(problems) if problems else ""))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
