@@ -74,7 +74,7 @@ def test_impossible_deadlines_are_refused_and_feasible_requests_complete(model, 
                                       {"prompt": PROMPT, "max_tokens": 2, "timeout": -1})
         assert status == 400 and json.loads(body)["error"]["param"] == "timeout", body
 
-        blocker.cancel()
+        blocker.close()  # cancels the call (ltm_client.generate_stream)
         srv.wait_http_idle()
 
         # Feasible deadlines: admitted and completed through both doors.
