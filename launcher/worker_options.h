@@ -15,6 +15,7 @@ struct WorkerOptions {
   uint64_t init_seed = 1;       // random weights: seed
   float init_std = 0.02f;       // random weights: std
   std::string tokenizer;        // folder with vocab.json + merges.txt (default: the model folder)
+  std::string chat_template;    // --chat-template FILE (default: tokenizer_config.json's)
   // One-shot generation
   std::string prompt;
   std::vector<int32_t> prompt_ids;

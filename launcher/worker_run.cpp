@@ -247,7 +247,19 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     return e;
   };
   add_lora_info(o, rs, scheduler, info);
+  // The chat template and end tokens (runtime/serve/chat_format.h): a broken one stops the start.
+  const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : o.model;
+  absl::StatusOr<std::shared_ptr<const ChatFormat>> chat =
+      ChatFormat::load(std::filesystem::is_directory(tok_dir) ? tok_dir : std::string(), o.model,
+                       o.chat_template, tokenizer, config.vocab_size);
+  if (!chat.ok()) {
+    std::fprintf(stderr, "ltm-worker: %s\n", std::string(chat.status().message()).c_str());
+    return kExitUsage;
+  }
+  if ((*chat)->has_template())
+    spdlog::info("chat template from {}", (*chat)->template_origin());
   GrpcServerOptions gopts;
+  gopts.chat = *chat;
   gopts.address = o.listen;
   gopts.max_receive_message_bytes = o.max_message_bytes;  // validated: 0 or [1 KiB, 1 GiB]
   gopts.max_concurrent_streams = o.max_streams_per_connection;
@@ -283,6 +295,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     hopts.max_connections = descriptors.http_max_connections;
     hopts.api_key = gopts.api_key;
     hopts.metrics = &metrics;
+    hopts.chat = *chat;
     hopts.ready = [&warm] { return warm.load(); };
     hopts.adapters = [&scheduler] {
       std::vector<std::string> names;

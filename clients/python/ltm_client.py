@@ -8,6 +8,7 @@ As a library::
         print(c.generate("Hello", max_new_tokens=8).text)
         for m in c.generate_stream("Hello", max_new_tokens=8):
             print(m.text, end="", flush=True)
+        print(c.chat([("user", "Hello")], max_new_tokens=8).text)  # the model's chat template
         ids = c.tokenize("Hello")
         text = c.detokenize(ids)
         info = c.model_info()
@@ -78,6 +79,24 @@ def make_request(prompt=None, *, prompt_token_ids=None, max_new_tokens=None, tem
     return req
 
 
+def make_chat_request(messages, *, max_new_tokens=None, temperature=None, top_k=None, top_p=None,
+                      repetition_penalty=None, seed=None, stop=(), return_logprobs=False,
+                      request_id="", ignore_eos=False, adapter=""):
+    """A ChatRequest: `messages` is a list of (role, content) pairs or {"role", "content"} dicts;
+    the other fields as make_request's (max_new_tokens unset: what the context leaves)."""
+    req = ltm_pb2.ChatRequest(stop=list(stop), return_logprobs=return_logprobs,
+                              request_id=request_id, ignore_eos=ignore_eos, adapter=adapter)
+    for m in messages:
+        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
+        req.messages.add(role=role, content=content)
+    for name, value in (("max_new_tokens", max_new_tokens), ("temperature", temperature),
+                        ("top_k", top_k), ("top_p", top_p),
+                        ("repetition_penalty", repetition_penalty), ("seed", seed)):
+        if value is not None:
+            setattr(req, name, value)
+    return req
+
+
 def read_api_key_file(path):
     """The key in `path` as the server reads it: without surrounding spaces and newline."""
     with open(path, "rb") as f:
@@ -138,6 +157,21 @@ class LtmClient:
             yield from call
         finally:
             call.cancel()  # no-op once the call has ended
+
+    def chat(self, messages, *, timeout=None, **kwargs):
+        """A chat reply in one call (the server renders `messages` with the model's chat
+        template); returns the GenerateResponse."""
+        return self._stub.Chat(make_chat_request(messages, **kwargs),
+                               timeout=self._timeout(timeout), metadata=self._metadata)
+
+    def chat_stream(self, messages, *, timeout=None, **kwargs):
+        """Yields a chat reply's GenerateResponse messages as tokens arrive (as generate_stream)."""
+        call = self._stub.ChatStream(make_chat_request(messages, **kwargs),
+                                     timeout=self._timeout(timeout), metadata=self._metadata)
+        try:
+            yield from call
+        finally:
+            call.cancel()
 
     def tokenize(self, text, *, timeout=None):
         """Token ids of `text`."""

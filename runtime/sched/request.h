@@ -41,6 +41,10 @@ struct GenerationRequest {
   int32_t logprob_alternatives = -1;
   bool score_prompt = false;
   bool ignore_eos = false;
+  // More ids that end generation as the model's eos_token_id does (finish kEos, their text never
+  // emitted): generation_config.json's eos ids, a chat template's end-of-turn token. Few (a
+  // linear scan per token); ignore_eos disregards them too.
+  std::vector<int32_t> end_ids;
   // The LoRA adapter to run with (a name the scheduler has loaded); empty: the base model.
   std::string adapter;
   // For the one-shot command's --dump-logits / --dump-prompt-logits (never set by the server):

@@ -500,8 +500,10 @@ void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<
   if (seq->req.return_logprobs) ev.logprobs.push_back(sample.logprob);
   if (seq->req.logprob_alternatives >= 0 && logprobs) ev.token_logprobs.push_back(*logprobs);
   if (logits) ev.full_logits = std::move(*logits);
-  const bool eos = !seq->req.ignore_eos && config_.eos_token_id >= 0 &&
-                   sample.token == config_.eos_token_id;
+  const std::vector<int32_t>& ends = seq->req.end_ids;
+  const bool eos = !seq->req.ignore_eos &&
+                   ((config_.eos_token_id >= 0 && sample.token == config_.eos_token_id) ||
+                    std::find(ends.begin(), ends.end(), sample.token) != ends.end());
   bool stopped = false;
   if (!eos && seq->decoder) {
     StopMatcher::Result r = seq->stop->push(seq->decoder->push(sample.token));

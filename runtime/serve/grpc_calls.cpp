@@ -4,10 +4,14 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
@@ -43,6 +47,50 @@ Clock::time_point steady_deadline(std::chrono::system_clock::time_point deadline
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// A ChatRequest as the GenerateRequest it stands for: the messages rendered by the chat template
+// and tokenized into prompt_token_ids, the other fields copied.
+absl::StatusOr<v1::GenerateRequest> chat_prompt(const v1::ChatRequest& c, const State& state) {
+  if (!state.chat || !state.chat->has_template())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model \"", state.info.model_name, "\" has no chat template (no \"chat_template\" in "
+        "its tokenizer_config.json, no --chat-template FILE): it cannot chat; use Generate"));
+  if (c.messages().empty()) return absl::InvalidArgumentError("messages is empty");
+  nlohmann::json messages = nlohmann::json::array();
+  for (int i = 0; i < c.messages_size(); ++i) {
+    const v1::ChatMessage& m = c.messages(i);
+    if (m.role().empty())
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role is missing"));
+    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant")
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].role is \"", m.role().substr(0, 64),
+                       "\": it must be \"system\", \"user\" or \"assistant\""));
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  }
+  LTM_ASSIGN_OR_RETURN(std::string text, state.chat->render(messages));
+  v1::GenerateRequest p;
+  for (int32_t id : state.chat->encode(text)) p.add_prompt_token_ids(id);
+  if (p.prompt_token_ids().empty())
+    return absl::InvalidArgumentError("messages: the chat template made an empty prompt of them");
+  if (c.has_max_new_tokens()) {
+    p.set_max_new_tokens(c.max_new_tokens());
+  } else {  // what the context leaves
+    p.set_max_new_tokens(static_cast<int32_t>(std::clamp<int64_t>(
+        state.limits.context_length - p.prompt_token_ids_size(), 1,
+        std::numeric_limits<int32_t>::max())));
+  }
+  if (c.has_temperature()) p.set_temperature(c.temperature());
+  if (c.has_top_k()) p.set_top_k(c.top_k());
+  if (c.has_top_p()) p.set_top_p(c.top_p());
+  if (c.has_repetition_penalty()) p.set_repetition_penalty(c.repetition_penalty());
+  if (c.has_seed()) p.set_seed(c.seed());
+  *p.mutable_stop() = c.stop();
+  p.set_return_logprobs(c.return_logprobs());
+  p.set_request_id(c.request_id());
+  p.set_ignore_eos(c.ignore_eos());
+  p.set_adapter(c.adapter());
+  return p;
 }
 
 }  // namespace
@@ -92,13 +140,32 @@ class GenerationCallCore {
   }
 
   // Parses and validates; on success `request` is ready for the sink.
-  absl::Status prepare(const grpc::ByteBuffer& buffer, GenerationRequest& request) {
+  absl::Status prepare(const grpc::ByteBuffer& buffer, bool chat, GenerationRequest& request) {
     LTM_RETURN_IF_ERROR(state_->authorize(ctx_));
     if (state_->draining.load()) return absl::UnavailableError("server is draining");
     v1::GenerateRequest proto;
-    LTM_RETURN_IF_ERROR(parse_message(buffer, proto, state_->generate_wire));
-    LTM_ASSIGN_OR_RETURN(request,
-                         make_generation_request(proto, *state_->tokenizer, state_->limits));
+    if (chat) {
+      v1::ChatRequest c;
+      LTM_RETURN_IF_ERROR(parse_message(buffer, c, state_->chat_wire));
+      LTM_ASSIGN_OR_RETURN(proto, chat_prompt(c, *state_));
+    } else {
+      LTM_RETURN_IF_ERROR(parse_message(buffer, proto, state_->generate_wire));
+    }
+    absl::StatusOr<GenerationRequest> r =
+        make_generation_request(proto, *state_->tokenizer, state_->limits);
+    if (!r.ok() && chat && absl::StartsWith(r.status().message(), "prompt"))
+      return absl::Status(r.status().code(),
+                          absl::StrCat("messages (the prompt the chat template makes of them): ",
+                                       r.status().message()));
+    if (!r.ok()) return r.status();
+    request = std::move(*r);
+    if (chat) {
+      for (int32_t id : state_->chat->chat_end_ids())
+        if (std::find(request.end_ids.begin(), request.end_ids.end(), id) == request.end_ids.end())
+          request.end_ids.push_back(id);
+    } else if (state_->chat) {
+      request.end_ids = state_->chat->generation_eos_ids();
+    }
     if (request.request_id.empty()) request.request_id = state_->make_request_id();
     request.deadline = steady_deadline(ctx_->deadline());
     cancel_ = request.cancel;
@@ -187,10 +254,10 @@ class GenerationCallCore {
 class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamCall(std::shared_ptr<State> state, grpc::CallbackServerContext* ctx,
-             const grpc::ByteBuffer& request)
+             const grpc::ByteBuffer& request, bool chat)
       : core_(std::move(state), ctx) {
     GenerationRequest engine_request;
-    if (absl::Status s = core_.prepare(request, engine_request); !s.ok()) {
+    if (absl::Status s = core_.prepare(request, chat, engine_request); !s.ok()) {
       finish_now(to_grpc(s));
       return;
     }
@@ -335,10 +402,10 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
   UnaryCall(std::shared_ptr<State> state, grpc::CallbackServerContext* ctx,
-            const grpc::ByteBuffer& request, grpc::ByteBuffer* response)
+            const grpc::ByteBuffer& request, grpc::ByteBuffer* response, bool chat)
       : core_(std::move(state), ctx), response_(response) {
     GenerationRequest engine_request;
-    if (absl::Status s = core_.prepare(request, engine_request); !s.ok()) {
+    if (absl::Status s = core_.prepare(request, chat, engine_request); !s.ok()) {
       finish_once(to_grpc(s));
       return;
     }
@@ -417,13 +484,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* start_unary_generation(std::shared_ptr<State> state,
                                                  grpc::CallbackServerContext* ctx,
                                                  const grpc::ByteBuffer& request,
-                                                 grpc::ByteBuffer* response) {
-  return new UnaryCall(std::move(state), ctx, request, response);
+                                                 grpc::ByteBuffer* response, bool chat) {
+  return new UnaryCall(std::move(state), ctx, request, response, chat);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* start_stream_generation(
-    std::shared_ptr<State> state, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request) {
-  return new StreamCall(std::move(state), ctx, request);
+    std::shared_ptr<State> state, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request,
+    bool chat) {
+  return new StreamCall(std::move(state), ctx, request, chat);
 }
 
 }  // namespace ltm::grpc_server_internal

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/message.h"
 #include "runtime/serve/auth.h"
+#include "runtime/serve/chat_format.h"
 #include "runtime/sched/engine_info.h"
 #include "runtime/sched/metrics.h"
 #include "runtime/sched/request.h"
@@ -35,6 +36,8 @@ struct State {
   RequestLimits limits;
   PrecheckLimits generate_wire;            // raw-byte limits of GenerateRequest
   PrecheckLimits tokenize_wire;            // and of TokenizeRequest
+  PrecheckLimits chat_wire;                // and of ChatRequest
+  std::shared_ptr<const ChatFormat> chat;  // the chat template; null: Chat calls are refused
   std::string api_key;                     // empty: no key needed
   ServeMetrics* metrics = nullptr;         // requests by outcome, when set
   std::string id_prefix;                   // random, so ids differ across restarts
@@ -75,12 +78,15 @@ absl::Status parse_message(const grpc::ByteBuffer& buffer, google::protobuf::Mes
                            const PrecheckLimits& limits);
 grpc::ByteBuffer serialize(const google::protobuf::Message& message);
 
-// The Generate (unary) and GenerateStream calls: each deletes itself when gRPC is done with it.
+// The Generate (unary) and GenerateStream calls, or with `chat` Chat and ChatStream (a
+// ChatRequest, rendered by the chat template into the prompt): each deletes itself when gRPC is
+// done with it.
 grpc::ServerUnaryReactor* start_unary_generation(std::shared_ptr<State> state,
                                                  grpc::CallbackServerContext* ctx,
                                                  const grpc::ByteBuffer& request,
-                                                 grpc::ByteBuffer* response);
+                                                 grpc::ByteBuffer* response, bool chat = false);
 grpc::ServerWriteReactor<grpc::ByteBuffer>* start_stream_generation(
-    std::shared_ptr<State> state, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request);
+    std::shared_ptr<State> state, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request,
+    bool chat = false);
 
 }  // namespace ltm::grpc_server_internal

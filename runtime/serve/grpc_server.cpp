@@ -62,12 +62,14 @@ namespace grpc_server_internal {
 class Service final
     : public v1::Generation::WithRawCallbackMethod_Generate<
           v1::Generation::WithRawCallbackMethod_GenerateStream<
+          v1::Generation::WithRawCallbackMethod_Chat<
+          v1::Generation::WithRawCallbackMethod_ChatStream<
               v1::Generation::WithRawCallbackMethod_Tokenize<
                   v1::Generation::WithCallbackMethod_GetModelInfo<
                       v1::Generation::WithCallbackMethod_LoadAdapter<
                           v1::Generation::WithCallbackMethod_UnloadAdapter<
                               v1::Generation::WithCallbackMethod_ListAdapters<
-                                  v1::Generation::Service>>>>>>> {
+                                  v1::Generation::Service>>>>>>>>> {
  public:
   explicit Service(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -80,6 +82,16 @@ class Service final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override {
     return start_stream_generation(state_, ctx, *request);
+  }
+
+  grpc::ServerUnaryReactor* Chat(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    return start_unary_generation(state_, ctx, *request, response, /*chat=*/true);
+  }
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ChatStream(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override {
+    return start_stream_generation(state_, ctx, *request, /*chat=*/true);
   }
 
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
@@ -289,6 +301,16 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::start(const GrpcServerOp
   // up to max_token_bytes times larger, so they are bounded like a prompt).
   state->tokenize_wire.fields = {
       {v1::TokenizeRequest::kTokenIdsFieldNumber, info.max_context(), -1, "ids"}};
+  // Chat: a message costs at least a token of the prompt; the rest as GenerateRequest's.
+  state->chat_wire.fields = {
+      {v1::ChatRequest::kMessagesFieldNumber, info.max_context(), -1, "messages"},
+      {v1::ChatRequest::kStopFieldNumber, kMaxStopStrings, static_cast<int64_t>(kMaxStopBytes),
+       "strings"},
+      {v1::ChatRequest::kRequestIdFieldNumber, -1, static_cast<int64_t>(kMaxRequestIdBytes),
+       "bytes"},
+      {v1::ChatRequest::kAdapterFieldNumber, -1, static_cast<int64_t>(kMaxAdapterFieldBytes),
+       "bytes"}};
+  state->chat = options.chat;
 
   int64_t max_receive = options.max_receive_message_bytes;
   if (max_receive == 0) max_receive = max_request_bytes(info.max_context(), max_token_bytes);

@@ -50,6 +50,7 @@
 #include "runtime/sched/engine_info.h"
 #include "runtime/sched/metrics.h"
 #include "runtime/sched/request.h"
+#include "runtime/serve/chat_format.h"
 #include "runtime/text/tokenizer.h"
 
 namespace grpc {
@@ -82,6 +83,9 @@ struct GrpcServerOptions {
   // Counts every Generate/GenerateStream call by outcome when set (runtime/sched/metrics.h);
   // must outlive the server.
   ServeMetrics* metrics = nullptr;
+  // The model's chat template and end tokens (runtime/serve/chat_format.h) for Chat and
+  // ChatStream; null: those calls get FAILED_PRECONDITION.
+  std::shared_ptr<const ChatFormat> chat;
 };
 
 // The largest valid GenerateRequest in bytes for a model with this context and a tokenizer

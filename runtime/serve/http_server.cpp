@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
   state->ctx.tokenizer = &tokenizer;
   state->ctx.limits = door.limits;
   state->ctx.model_name = info.model_name;
+  state->ctx.chat = options.chat.get();
   state->info = std::move(info);
   state->created = static_cast<int64_t>(std::time(nullptr));
   // The largest valid request as JSON: every prompt byte escaped (\u00XX), or every id with its

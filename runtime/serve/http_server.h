@@ -3,6 +3,8 @@
 //
 //   POST /v1/completions   OpenAI completions (runtime/serve/openai_api.h); "stream": true sends
 //                          server-sent events, one "data: {json}" per chunk, then "data: [DONE]"
+//   POST /v1/chat/completions  OpenAI chat completions: the messages rendered by the model's chat
+//                          template (runtime/serve/chat_format.h), streamed as delta chunks
 //   GET  /v1/models        the served model ({"object": "list", "data": [...]}), with its dtypes
 //   GET  /v1/models/{id}   that model, or 404
 //   GET  /health           200 {"status": "ok"} once ready() (every rank up, a step has run);
@@ -50,6 +52,8 @@
 
 namespace ltm {
 
+class ChatFormat;
+
 namespace http_server_internal {
 struct State;
 }
@@ -69,6 +73,9 @@ struct HttpServerOptions {
   // The LoRA adapters a request's "model" may name, besides the base model (GET /v1/models lists
   // them); null: none.
   std::function<std::vector<std::string>()> adapters;
+  // The model's chat template and end tokens (runtime/serve/chat_format.h); null: none, and
+  // POST /v1/chat/completions answers 400 saying so.
+  std::shared_ptr<const ChatFormat> chat;
 };
 
 // --http's HOST:PORT as an IP address (localhost: 127.0.0.1; [v6] without brackets) and a port.

@@ -61,12 +61,14 @@ struct Piece {
 // on, each once) before the first new token's.
 struct EventReducer {
   int n_top = -1;  // -1: no logprobs
+  std::vector<int32_t> hidden;  // chat: the end tokens, whose logprobs a reply does not show
   Piece reduce(GenerationEvent& ev) {
     Piece p;
     p.text = std::move(ev.text);
     if (n_top >= 0) {
       for (const RowLogprobs& lp : ev.prompt_logprobs) p.logprobs.push_back(token_logprob(lp));
       for (size_t i = 0; i < ev.token_ids.size(); ++i) {
+        if (std::find(hidden.begin(), hidden.end(), ev.token_ids[i]) != hidden.end()) continue;
         if (i < ev.token_logprobs.size())
           p.logprobs.push_back(token_logprob(ev.token_logprobs[i]));
         else
@@ -205,18 +207,21 @@ class Session : public std::enable_shared_from_this<Session> {
       return send(std::string(status) == "ok" ? 200 : 503, j.dump(), "application/json");
     }
     const bool known = target == "/metrics" || target == "/v1/models" ||
-                       target.starts_with("/v1/models/") || target == "/v1/completions";
+                       target.starts_with("/v1/models/") || target == "/v1/completions" ||
+                       target == "/v1/chat/completions";
     if (!known) {
       ApiError e;
       e.http_status = 404;
       e.message = absl::StrCat("no such endpoint: ", std::string(req.method_string()), " ",
                                std::string(target),
-                               " (POST /v1/completions, GET /v1/models, /health, /metrics)");
+                               " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                               "/health, /metrics)");
       e.code = "not_found";
       return send_error(e);
     }
     if (absl::Status s = authorize(req); !s.ok()) {
-      if (target == "/v1/completions") state_->count(Outcome::kUnauthenticated);
+      if (target == "/v1/completions" || target == "/v1/chat/completions")
+        state_->count(Outcome::kUnauthenticated);
       return send_error(api_error(s));
     }
     if (target == "/metrics") {
@@ -262,9 +267,9 @@ class Session : public std::enable_shared_from_this<Session> {
       return send(200, model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                   "application/json");
     }
-    // /v1/completions
+    // /v1/completions, /v1/chat/completions
     if (method != http::verb::post) return send_method_not_allowed("POST");
-    completion(req.body());
+    completion(req.body(), target == "/v1/chat/completions");
   }
 
   absl::Status authorize(const http::request<http::string_body>& req) const {
@@ -302,13 +307,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- completions --------------------------------------------------------------------------
 
-  void completion(const std::string& body) {
+  void completion(const std::string& body, bool chat) {
     if (state_->draining.load()) {
       state_->count(Outcome::kUnavailable);
       return send_error(api_error(absl::UnavailableError("server is draining")));
     }
     ParsedCompletion parsed;
-    if (std::optional<ApiError> e = parse_completion(body, state_->ctx, &parsed)) {
+    if (std::optional<ApiError> e = chat ? parse_chat_completion(body, state_->ctx, &parsed)
+                                         : parse_completion(body, state_->ctx, &parsed)) {
       state_->count(e->http_status == 400 ? Outcome::kInvalid : Outcome::kError);
       return send_error(*e);
     }
@@ -326,6 +332,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
     auto reducer = std::make_shared<EventReducer>();
     reducer->n_top = parsed.params.logprobs;
+    if (chat && !parsed.request.ignore_eos) {
+      reducer->hidden = parsed.request.end_ids;
+      if (state_->info.model.eos_token_id >= 0)
+        reducer->hidden.push_back(static_cast<int32_t>(state_->info.model.eos_token_id));
+    }
     if (parsed.params.logprobs >= 0 && parsed.params.echo) {
       // The first prompt token has no logprob (nothing predicts it).
       logprobs_.push_back(TokenLogprob{parsed.request.prompt_ids[0], false, 0, {}});
@@ -377,6 +388,7 @@ class Session : public std::enable_shared_from_this<Session> {
       sse_head_->keep_alive(keep_alive_ && !state_->draining.load());
       sse_head_->chunked(true);
       sse_serializer_ = std::make_unique<http::response_serializer<http::empty_body>>(*sse_head_);
+      if (chat) append_event(builder_->role_chunk_json());  // written once the head is
       writing_ = true;
       stream_.expires_after(state_->idle());
       http::async_write_header(stream_, *sse_serializer_,

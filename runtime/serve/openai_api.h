@@ -1,7 +1,7 @@
-// The OpenAI completions API (POST /v1/completions) on top of the engine's requests: parsing and
-// validating the JSON body, error objects, and the response bodies (whole, or as server-sent
-// event chunks). Pure functions and a per-request builder; no sockets (runtime/serve/http_server.h
-// does the HTTP).
+// The OpenAI completions and chat completions APIs (POST /v1/completions, /v1/chat/completions)
+// on top of the engine's requests: parsing and validating the JSON body, error objects, and the
+// response bodies (whole, or as server-sent event chunks). Pure functions and a per-request
+// builder; no sockets (runtime/serve/http_server.h does the HTTP).
 //
 // Request fields (https://platform.openai.com/docs/api-reference/completions):
 //   model            string, optional; must be the served model's name when given
@@ -26,6 +26,23 @@
 //                    Retry-After) or shed while it waits (429); one that runs past it ends (408).
 //                    Without it, the server's --request-timeout (if any) applies.
 //   logit_bias (empty only), suffix (null only); other fields are ignored.
+//
+// Chat completions (POST /v1/chat/completions, parse_chat_completion) take the same fields but
+// prompt, echo, best_of, suffix and the integer logprobs, and these:
+//   messages         list of {role: system|user|assistant (developer = system), content: string
+//                    or list of {"type": "text", "text"} parts (joined with newlines), name?};
+//                    rendered by the model's chat template (runtime/serve/chat_format.h) into the
+//                    prompt; a template's raise_exception is a 400 with its message
+//   max_tokens, max_completion_tokens   integer >= 1 (the latter wins); default: what the
+//                    context leaves after the prompt (as OpenAI)
+//   logprobs         boolean; top_logprobs integer in [0, 20] (needs logprobs): per token
+//                    {token, logprob, bytes, top_logprobs} under choices[].logprobs.content
+//   tools, functions (empty only), tool_choice ("none" only), response_format ({"type": "text"}
+//                    only)
+// The reply ends at the chat's end ids too (finish_reason "stop"; their text and logprobs are not
+// shown). Responses: chat.completion {message}; streamed chat.completion.chunk objects whose
+// first delta is {"role": "assistant", "content": ""}, then {"content"} pieces, then {} with the
+// finish_reason, then (include_usage) a chunk with no choices and the usage.
 // Every refusal is an ApiError naming the field in `param` (OpenAI's error object), including
 // the body parser's (common/json_parse.h): nesting past kMaxJsonDepth, a duplicate key, a number
 // past a double, a lone surrogate; a number field past FLT_MAX is out of range.
@@ -69,19 +86,26 @@ std::string error_json(const ApiError& e);
 // Unavailable -> 503, Unauthenticated -> 401, anything else -> 500.
 ApiError api_error(const absl::Status& status);
 
+class ChatFormat;
+
 struct CompletionContext {
   const Tokenizer* tokenizer = nullptr;
   RequestLimits limits;
   std::string model_name;
+  // The model's chat template and end tokens (runtime/serve/chat_format.h); null: none (chat
+  // requests get a 400 that says so).
+  const ChatFormat* chat = nullptr;
 };
 
 struct CompletionParams {
+  bool chat = false;  // a chat completion (chat.completion objects, delta chunks)
   std::string model;  // the served model's name (echoed in every response)
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
   int32_t logprobs = -1;  // -1: none; else alternatives per token
   std::string user;
+  double timeout_s = 0;  // `timeout`: the request's deadline in seconds from now (0: none)
   std::string prompt_text;  // echo: the prompt as given (or decoded from its ids)
 };
 
@@ -93,6 +117,10 @@ struct ParsedCompletion {
 // Parses and validates a request body. On failure returns the error (nothing else is set).
 std::optional<ApiError> parse_completion(std::string_view body, const CompletionContext& ctx,
                                          ParsedCompletion* out);
+// The same for POST /v1/chat/completions: the messages are rendered by ctx.chat's template and
+// tokenized into the prompt; the request ends at the chat's end ids as well.
+std::optional<ApiError> parse_chat_completion(std::string_view body, const CompletionContext& ctx,
+                                              ParsedCompletion* out);
 
 // One token's logprob and its top alternatives, from a row of logits over the vocabulary.
 struct TokenLogprob {
@@ -121,17 +149,22 @@ class CompletionBuilder {
                          FinishReason finish);
   // stream_options.include_usage: the last chunk, with no choices and the usage.
   std::string usage_chunk_json(int32_t prompt_tokens, int32_t completion_tokens);
+  // Chat: the first chunk, delta {"role": "assistant", "content": ""}.
+  std::string role_chunk_json();
 
   // The token as text for `tokens` / `top_logprobs` keys: its bytes when they are valid UTF-8,
   // else "bytes:\xNN..." (as OpenAI writes partial characters).
   std::string token_string(int32_t id) const;
 
  private:
+  enum class ChatPart { kMessage, kDelta, kRole };  // what a chat choice carries
   std::string logprobs_json(const std::vector<TokenLogprob>& lps);
+  // Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+  nlohmann::ordered_json chat_logprobs_json(const std::vector<TokenLogprob>& lps) const;
   // The response object both shapes share (id, object, created, model, one choice).
   nlohmann::ordered_json completion(const std::string& text,
                                     const std::vector<TokenLogprob>& logprobs,
-                                    FinishReason finish);
+                                    FinishReason finish, ChatPart part);
   const Tokenizer& tokenizer_;
   CompletionParams params_;
   std::string id_;

@@ -91,8 +91,21 @@ int64_t packed_count(std::string_view payload, FieldDescriptor::Type t) {
 
 }  // namespace
 
+namespace {
+constexpr int kMaxNestedMessages = 8;  // levels of submessages checked (ChatRequest has one)
+absl::Status precheck_at(std::string_view bytes, const google::protobuf::Descriptor& d,
+                         const PrecheckLimits& limits, int depth);
+}  // namespace
+
 absl::Status precheck_message(std::string_view bytes, const google::protobuf::Descriptor& d,
                               const PrecheckLimits& limits) {
+  return precheck_at(bytes, d, limits, 0);
+}
+
+namespace {
+
+absl::Status precheck_at(std::string_view bytes, const google::protobuf::Descriptor& d,
+                         const PrecheckLimits& limits, int depth) {
   std::map<int, int64_t> counts;  // field number -> elements so far (a handful of entries)
   int64_t unknown = 0;
   size_t pos = 0;
@@ -162,6 +175,16 @@ absl::Status precheck_message(std::string_view bytes, const google::protobuf::De
             fd->is_repeated() ? absl::StrCat(fd->name(), "[", counts[number], "]") : fd->name();
         return absl::InvalidArgumentError(absl::StrCat(name, " is not valid UTF-8"));
       }
+      // A submessage (ChatRequest.messages): its strings too, with the default limits.
+      if (fd->type() == FieldDescriptor::TYPE_MESSAGE && depth < kMaxNestedMessages) {
+        if (absl::Status st = precheck_at(payload, *fd->message_type(), PrecheckLimits{},
+                                          depth + 1);
+            !st.ok()) {
+          const std::string name =
+              fd->is_repeated() ? absl::StrCat(fd->name(), "[", counts[number], "]") : fd->name();
+          return absl::Status(st.code(), absl::StrCat(name, ": ", st.message()));
+        }
+      }
     }
     int64_t& count = counts[number];
     count += added;
@@ -206,4 +229,5 @@ absl::Status precheck_message(std::string_view bytes, const google::protobuf::De
   return absl::OkStatus();
 }
 
+}  // namespace
 }  // namespace ltm

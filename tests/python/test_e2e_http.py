@@ -341,8 +341,10 @@ def test_a_body_of_75000_keys_is_answered_and_the_server_keeps_serving(server):
 
 
 def test_routes_methods_and_size_limits(server):
-    status, _, body = server.request("GET", "/v1/chat/completions")
+    status, _, body = server.request("POST", "/v1/embeddings", b"{}")
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
+    status, headers, body = server.request("GET", "/v1/chat/completions")
+    assert status == 405 and headers["allow"] == "POST"
     status, headers, body = server.request("GET", "/v1/completions")
     assert status == 405 and headers["allow"] == "POST"
     status, headers, _ = server.request("POST", "/health", b"")

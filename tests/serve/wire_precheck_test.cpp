@@ -82,6 +82,22 @@ TEST(WirePrecheck, InvalidUtf8IsNamed) {
   EXPECT_EQ(check(bytes).message(), "stop[1] is not valid UTF-8");
 }
 
+// ChatRequest's messages are submessages: their strings are checked too, named by position.
+TEST(WirePrecheck, StringsOfSubmessagesAreChecked) {
+  v1::ChatRequest r;
+  r.add_messages()->set_role("user");
+  r.add_messages()->set_content("fine");
+  const std::string good = r.SerializeAsString();
+  EXPECT_TRUE(precheck_message(good, *v1::ChatRequest::descriptor(), {}).ok());
+  // messages[2] = {content: C3 28}
+  const std::string bad = good + std::string("\x0a\x04\x12\x02\xc3\x28", 6);
+  EXPECT_EQ(precheck_message(bad, *v1::ChatRequest::descriptor(), {}).message(),
+            "messages[2]: content is not valid UTF-8");
+  const std::string cut = good + std::string("\x0a\x02\x12\x05", 4);  // content past its message
+  EXPECT_EQ(precheck_message(cut, *v1::ChatRequest::descriptor(), {}).message(),
+            "messages[2]: the request is not a valid ltm.v1.ChatMessage message");
+}
+
 TEST(WirePrecheck, MalformedBytesAreRefused) {
   const char* expected = "the request is not a valid ltm.v1.GenerateRequest message";
   EXPECT_EQ(check(std::string("\x0a\x05" "ab", 4)).message(), expected);        // length past the end
