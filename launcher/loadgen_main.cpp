@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
   Options o;
   po::options_description desc(
       "Usage: ltm-loadgen --server HOST:PORT [--concurrency C] [--duration-s S] [--requests N]\n"
-      "                   [--prompt-tokens P] [--max-new-tokens M] [--rate R] [--deadline S] [--json]\n"
-      "Options");
+      "                   [--prompt-tokens P] [--max-new-tokens M] [--rate R] [--deadline S]\n"
+      "                   [--json]\nOptions");
   ltm::ConnectionOptions conn_opts;
   ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
     std::deque<Samples> per_call;  // stable addresses as it grows
     Clock::time_point at = t0;
     for (int64_t i = 0; o.requests == 0 || i < o.requests; ++i) {
-      at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(arrivals)));
+      at += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(gap(arrivals)));
       if (at >= stop_at) break;
       std::this_thread::sleep_until(at);
       Samples* out = &per_call.emplace_back();
