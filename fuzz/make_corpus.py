@@ -193,4 +193,13 @@ out("sampler_fuzz", "all-neg-inf", sampler_input(0.7, 1.0, 1.0, 0, 6, 0, 1, [-in
 out("sampler_fuzz", "extremes", sampler_input(1e-38, 1e-45, 3e38, 1 << 30, 7, 41, 3,
                                              [1e-45, -1e-45, 3e38, -3e38, 0.0, -0.0, 1.0]))
 
+# Chat templates: the differential test's family-style templates, and its one-line features.
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+import test_chat_template_reference as chat  # noqa: E402
+
+for name, source in chat.FAMILIES.items():
+    out("chat_template_fuzz", name, source)
+out("chat_template_fuzz", "features",
+    "\n".join(f if isinstance(f, str) else f[0] for f in chat.FEATURES))
+
 print("corpus written to", os.path.join(HERE, "corpus"))

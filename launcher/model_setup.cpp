@@ -128,7 +128,8 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   if (!rs->backend->supports(precisions.weights, precisions.kv))
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-dtype ", precision_name(precisions.weights), " --kv-dtype ",
-        precision_name(precisions.kv), ": ", rs->backend->describe(), " holds only f32"));
+        precision_name(precisions.kv), ": ", rs->backend->describe(),
+        " does not hold weights and caches of these types"));
   rs->kv_precision = precisions.kv;
   if (int64_t max_dim = 0; !rs->backend->supports_head_dim(config.n_embd / config.n_head, &max_dim))
     return absl::InvalidArgumentError(absl::StrCat(

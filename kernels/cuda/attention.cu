@@ -9,54 +9,80 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Tokens walk grid.y; grid.x * blockDim.x covers n_head * vecs_per_head T elements of K (and V).
-template <typename T>
-__global__ void kv_cache_write_kernel(const T* __restrict__ qkv,
+// Tokens walk grid.y; grid.x * blockDim.x covers n_head * vecs_per_head groups of kVec floats of
+// K (and V), converted to the cache's element type C.
+template <typename C, int kVec>
+__global__ void kv_cache_write_kernel(const float* __restrict__ qkv,
                                       const int32_t* __restrict__ slot_mapping, int64_t n_tokens,
-                                      int n_head, int vecs_per_head, int block_size,
-                                      T* __restrict__ k_cache, T* __restrict__ v_cache) {
-  const int64_t row_vecs = static_cast<int64_t>(n_head) * vecs_per_head;  // one of Q, K, V
+                                      int n_head, int head_dim, int block_size,
+                                      C* __restrict__ k_cache, C* __restrict__ v_cache) {
+  const int vecs_per_head = head_dim / kVec;
+  const int64_t row_vecs = static_cast<int64_t>(n_head) * vecs_per_head;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= row_vecs) return;
   const int head = static_cast<int>(i / vecs_per_head);
-  const int v = static_cast<int>(i % vecs_per_head);
+  const int col = static_cast<int>(i % vecs_per_head) * kVec;
+  const int64_t row_floats = static_cast<int64_t>(n_head) * head_dim;  // one of Q, K, V
   for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
-    const int64_t dst = ((block * n_head + head) * block_size + offset) * vecs_per_head + v;
-    const T* row = qkv + t * 3 * row_vecs;
-    k_cache[dst] = row[row_vecs + i];
-    v_cache[dst] = row[2 * row_vecs + i];
+    const int64_t dst = ((block * n_head + head) * block_size + offset) * head_dim + col;
+    const float* k_src = qkv + t * 3 * row_floats + row_floats + head * head_dim + col;
+    const float* v_src = k_src + row_floats;
+    if constexpr (kVec == 4) {
+      store4_f(k_cache + dst, load4_f(k_src));
+      store4_f(v_cache + dst, load4_f(v_src));
+    } else {
+      k_cache[dst] = from_float<C>(*k_src);
+      v_cache[dst] = from_float<C>(*v_src);
+    }
   }
 }
 
-}  // namespace
-
-void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
-                    int head_dim, int block_size, float* k_cache, float* v_cache,
-                    cudaStream_t stream) {
-  if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0) return;
+template <typename C>
+void launch_kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens,
+                           int n_head, int head_dim, int block_size, void* k_cache,
+                           void* v_cache, cudaStream_t stream) {
   const bool vec = head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache);
   const int vecs_per_head = vec ? head_dim / 4 : head_dim;
   const int64_t row_vecs = static_cast<int64_t>(n_head) * vecs_per_head;
   const int threads = threads_for_row(row_vecs, kThreads);
   const dim3 grid(static_cast<unsigned>(ceil_div(row_vecs, threads)), grid_rows(n_tokens));
+  C* k = static_cast<C*>(k_cache);
+  C* v = static_cast<C*>(v_cache);
   if (vec) {
-    kv_cache_write_kernel<<<grid, threads, 0, stream>>>(
-        reinterpret_cast<const float4*>(qkv), slot_mapping, n_tokens, n_head, vecs_per_head,
-        block_size, reinterpret_cast<float4*>(k_cache), reinterpret_cast<float4*>(v_cache));
+    kv_cache_write_kernel<C, 4><<<grid, threads, 0, stream>>>(qkv, slot_mapping, n_tokens, n_head,
+                                                              head_dim, block_size, k, v);
   } else {
-    kv_cache_write_kernel<<<grid, threads, 0, stream>>>(qkv, slot_mapping, n_tokens, n_head,
-                                                        vecs_per_head, block_size, k_cache,
-                                                        v_cache);
+    kv_cache_write_kernel<C, 1><<<grid, threads, 0, stream>>>(qkv, slot_mapping, n_tokens, n_head,
+                                                              head_dim, block_size, k, v);
   }
   LTM_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
+void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
+                    int head_dim, int block_size, void* k_cache, void* v_cache, ElemType kv,
+                    cudaStream_t stream) {
+  if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0) return;
+  switch (kv) {
+    case ElemType::kF32:
+      return launch_kv_cache_write<float>(qkv, slot_mapping, n_tokens, n_head, head_dim,
+                                          block_size, k_cache, v_cache, stream);
+    case ElemType::kBF16:
+      return launch_kv_cache_write<__nv_bfloat16>(qkv, slot_mapping, n_tokens, n_head, head_dim,
+                                                  block_size, k_cache, v_cache, stream);
+    case ElemType::kF16:
+      return launch_kv_cache_write<__half>(qkv, slot_mapping, n_tokens, n_head, head_dim,
+                                           block_size, k_cache, v_cache, stream);
+  }
+}
+
 size_t paged_attention_workspace_bytes(const PagedAttentionShape& s) {
-  if (s.max_new_tokens > 1) return 0;  // prefill needs none
+  // Decode rows of a mixed batch use the decode kernel's partitions too.
   const int parts = detail::decode_partitions(s);
   if (parts <= 1) return 0;
   // Per (sequence, head, partition): head_dim accumulator floats, then (max, sum) after them all.
@@ -64,16 +90,18 @@ size_t paged_attention_workspace_bytes(const PagedAttentionShape& s) {
   return units * (static_cast<size_t>(s.head_dim) + 2) * sizeof(float);
 }
 
-void paged_attention(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
-                     const float* v_cache, float* out, void* workspace, cudaStream_t stream) {
+void paged_attention(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
+                     const void* v_cache, float* out, void* workspace, cudaStream_t stream) {
   if (s.n_seqs <= 0 || s.n_head <= 0 || s.max_new_tokens <= 0) return;
   LTM_KERNEL_ASSERT(s.head_dim > 0 && s.block_size > 0, "paged_attention: head_dim %d, block_size %d",
                     s.head_dim, s.block_size);
+  float* ws = static_cast<float*>(workspace);
   if (s.max_new_tokens == 1) {
-    detail::launch_paged_decode(s, qkv, k_cache, v_cache, out, static_cast<float*>(workspace),
-                                stream);
+    detail::launch_paged_decode(s, qkv, k_cache, v_cache, out, ws, /*single_only=*/false, stream);
   } else {
-    detail::launch_paged_prefill(s, qkv, k_cache, v_cache, out, stream);
+    // Mixed: the two kernels write disjoint rows, so their order does not matter.
+    detail::launch_paged_prefill(s, qkv, k_cache, v_cache, out, /*skip_single=*/true, stream);
+    detail::launch_paged_decode(s, qkv, k_cache, v_cache, out, ws, /*single_only=*/true, stream);
   }
 }
 

@@ -13,6 +13,8 @@
 // Then the lane groups (same m) are summed with shuffles, the warps merged through shared memory
 // with the exp(m_w - m_max) rescaling, and either the normalised row is written (one partition) or
 // the partition's (accumulator, max, sum) go to the workspace for decode_merge_kernel.
+// The cache elements (float, bf16 or fp16: the template's C) are converted to float as they are
+// loaded; a 16-bit cache halves the bytes each key costs, which is what bounds decode.
 #include <cmath>
 
 #include "kernels/cuda/attention_launch.h"
@@ -54,6 +56,19 @@ __device__ __forceinline__ float4 shfl_xor_v(float4 v, int offset) {
 __device__ __forceinline__ float shfl_xor_v(float v, int offset) {
   return __shfl_xor_sync(kFullMask, v, offset);
 }
+// kVec cache elements at p as float(s).
+template <int kVec>
+struct CacheLoad;
+template <>
+struct CacheLoad<4> {
+  template <typename C>
+  __device__ __forceinline__ static float4 at(const C* p) { return load4_f(p); }
+};
+template <>
+struct CacheLoad<1> {
+  template <typename C>
+  __device__ __forceinline__ static float at(const C* p) { return to_float(*p); }
+};
 
 // Lanes cooperating on one key: the smallest power of two >= vecs (one vector per lane), <= 32.
 __host__ __device__ inline int lanes_per_key(int vecs) {
@@ -67,9 +82,10 @@ struct DecodeParams : PagedParams {
   float* part_stats;     // [n_seqs, n_head, n_partitions, 2]: max, sum
   int partition_tokens;  // a multiple of block_size
   int n_partitions;      // gridDim.z
+  int single_only;       // mixed batch: only sequences with exactly one new row are ours
 };
 
-template <int kVec>
+template <int kVec, typename C>
 __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeParams p) {
   using V = typename VecOf<kVec>::T;
   const int head = blockIdx.x;
@@ -77,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   const int part = blockIdx.z;
   const int first_row = p.token_offsets[seq];
   const int n_new = p.token_offsets[seq + 1] - first_row;
-  if (n_new <= 0) return;
+  if (n_new <= 0 || (p.single_only && n_new != 1)) return;
   const int ctx = p.context_lens[seq];
   const int key_begin = part * p.partition_tokens;
   if (key_begin >= ctx) return;
@@ -118,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   for (int b = first_block + warp; b <= last_block; b += kWarps) {
     const int64_t base =
         (static_cast<int64_t>(table[b]) * p.n_head + head) * p.block_size * p.head_dim;
-    const V* k_block = reinterpret_cast<const V*>(p.k_cache + base);
-    const V* v_block = reinterpret_cast<const V*>(p.v_cache + base);
+    const C* k_block = static_cast<const C*>(p.k_cache) + base;
+    const C* v_block = static_cast<const C*>(p.v_cache) + base;
     const int n_keys = min(p.block_size, key_end - b * p.block_size);
 
     // 1. Scores (the loop bound is uniform over the warp so every lane reaches the shuffles).
@@ -127,8 +143,9 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
       const int k = k0 + group;
       float dot = 0.0f;
       if (k < n_keys) {
-        const V* key = k_block + static_cast<int64_t>(k) * n_vec;
-        for (int i = lig; i < n_vec; i += group_lanes) dot += dot_v(q_s[i], key[i]);
+        const C* key = k_block + static_cast<int64_t>(k) * p.head_dim;
+        for (int i = lig; i < n_vec; i += group_lanes)
+          dot += dot_v(q_s[i], CacheLoad<kVec>::at(key + i * kVec));
       }
       for (int offset = group_lanes / 2; offset > 0; offset >>= 1)
         dot += __shfl_xor_sync(kFullMask, dot, offset);
@@ -156,11 +173,11 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
     for (int j = 0; j < kMaxVecsPerLane; ++j) acc[j] = scale_v(acc[j], alpha);
     for (int k = group; k < n_keys; k += keys_per_pass) {
       const float w = sc[k];
-      const V* value = v_block + static_cast<int64_t>(k) * n_vec;
+      const C* value = v_block + static_cast<int64_t>(k) * p.head_dim;
 #pragma unroll
       for (int j = 0; j < kMaxVecsPerLane; ++j) {
         const int i = lig + j * group_lanes;
-        if (i < n_vec) fma_v(acc[j], w, value[i]);
+        if (i < n_vec) fma_v(acc[j], w, CacheLoad<kVec>::at(value + i * kVec));
       }
     }
     __syncwarp();  // sc is rewritten by the next block
@@ -229,7 +246,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int seq = blockIdx.y;
   const int first_row = p.token_offsets[seq];
   const int n_new = p.token_offsets[seq + 1] - first_row;
-  if (n_new <= 0) return;
+  if (n_new <= 0 || (p.single_only && n_new != 1)) return;
   const int ctx = p.context_lens[seq];
   const int n_parts =
       min(p.n_partitions, static_cast<int>(ceil_div(ctx, p.partition_tokens)));
@@ -280,8 +297,29 @@ int decode_partitions(const PagedAttentionShape& s) {
   return parts < 1 ? 1 : parts;
 }
 
-void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
-                         const float* v_cache, float* out, float* workspace, cudaStream_t stream) {
+namespace {
+
+template <int kVec>
+void launch_decode_kernel(const dim3& grid, size_t smem, ElemType kv, const DecodeParams& p,
+                          cudaStream_t stream) {
+  switch (kv) {
+    case ElemType::kF32:
+      paged_decode_kernel<kVec, float><<<grid, kThreads, smem, stream>>>(p);
+      break;
+    case ElemType::kBF16:
+      paged_decode_kernel<kVec, __nv_bfloat16><<<grid, kThreads, smem, stream>>>(p);
+      break;
+    case ElemType::kF16:
+      paged_decode_kernel<kVec, __half><<<grid, kThreads, smem, stream>>>(p);
+      break;
+  }
+}
+
+}  // namespace
+
+void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
+                         const void* v_cache, float* out, float* workspace, bool single_only,
+                         cudaStream_t stream) {
   const bool vec = s.head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) &&
                    aligned16(v_cache) && aligned16(out) && aligned16(workspace);
   const int kvec = vec ? 4 : 1;
@@ -295,6 +333,7 @@ void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const f
   static_cast<PagedParams&>(p) = paged_params(s, qkv, k_cache, v_cache, out);
   p.partition_tokens = partition_tokens(s.block_size);
   p.n_partitions = decode_partitions(s);
+  p.single_only = single_only ? 1 : 0;
   if (p.n_partitions > 1) {
     LTM_KERNEL_ASSERT(workspace != nullptr, "decode attention over %d partitions needs a workspace",
                       p.n_partitions);
@@ -308,9 +347,9 @@ void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const f
   LTM_KERNEL_ASSERT(smem <= 48 * 1024, "decode attention block_size %d too large", s.block_size);
   const dim3 grid(s.n_head, s.n_seqs, p.n_partitions);
   if (vec) {
-    paged_decode_kernel<4><<<grid, kThreads, smem, stream>>>(p);
+    launch_decode_kernel<4>(grid, smem, s.kv, p, stream);
   } else {
-    paged_decode_kernel<1><<<grid, kThreads, smem, stream>>>(p);
+    launch_decode_kernel<1>(grid, smem, s.kv, p, stream);
   }
   LTM_CUDA_CHECK_LAUNCH();
   if (p.n_partitions > 1) {

@@ -11,8 +11,8 @@ namespace ltm::kernels::cuda::detail {
 // What both attention kernels read (passed to them by value): the batch layout and the cache.
 struct PagedParams {
   const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
-  const float* k_cache;  // [n_blocks, n_head, block_size, head_dim]
-  const float* v_cache;
+  const void* k_cache;  // [n_blocks, n_head, block_size, head_dim] of the kernel's cache type
+  const void* v_cache;
   float* out;            // [n_tokens, n_head * head_dim]
   const int32_t* token_offsets;
   const int32_t* context_lens;
@@ -25,7 +25,7 @@ struct PagedParams {
 };
 
 inline PagedParams paged_params(const PagedAttentionShape& s, const float* qkv,
-                                const float* k_cache, const float* v_cache, float* out) {
+                                const void* k_cache, const void* v_cache, float* out) {
   return PagedParams{qkv, k_cache, v_cache, out, s.token_offsets, s.context_lens, s.block_tables,
                      s.n_head, s.head_dim, s.block_size, s.max_blocks_per_seq,
                      1.0f / std::sqrt(static_cast<float>(s.head_dim))};
@@ -34,13 +34,16 @@ inline PagedParams paged_params(const PagedAttentionShape& s, const float* qkv,
 // Number of decode partitions for `shape` (>= 1).
 int decode_partitions(const PagedAttentionShape& shape);
 
-// Decode: every sequence has at most one new row. `workspace` as in paged_attention.
-void launch_paged_decode(const PagedAttentionShape& shape, const float* qkv, const float* k_cache,
-                         const float* v_cache, float* out, float* workspace, cudaStream_t stream);
+// Decode: the sequences with new rows (only those with exactly one when `single_only`; else
+// each sequence's last row, which must then be its only one). `workspace` as in paged_attention.
+void launch_paged_decode(const PagedAttentionShape& shape, const float* qkv, const void* k_cache,
+                         const void* v_cache, float* out, float* workspace, bool single_only,
+                         cudaStream_t stream);
 
-// Prefill (and mixed batches): any number of new rows per sequence.
+// Prefill: any number of new rows per sequence; with `skip_single`, sequences with exactly one
+// new row are left to the decode kernel.
 void launch_paged_prefill(const PagedAttentionShape& shape, const float* qkv,
-                          const float* k_cache, const float* v_cache, float* out,
+                          const void* k_cache, const void* v_cache, float* out, bool skip_single,
                           cudaStream_t stream);
 
 }  // namespace ltm::kernels::cuda::detail

@@ -13,6 +13,7 @@
 //                  registers (kMaxHeadDim / 64 float4 per row).
 // The tile of the last query row bounds the keys read (causality): a tile of rows at the start of
 // a long prompt reads only the keys before it. Finally O / l is written for the tile's real rows.
+// K and V are converted to float as they are gathered (the template's C: float, bf16 or fp16).
 #include <cmath>
 
 #include "kernels/cuda/attention_launch.h"
@@ -32,7 +33,8 @@ static_assert(kTileQ == kRowsPerThread * (kThreads / kThreadsPerRow));
 static_assert(kTileK == 2 * kThreadsPerRow);
 
 struct PrefillParams : PagedParams {
-  bool vec;  // head_dim % 4 == 0 and every pointer 16-byte aligned: float4 global I/O
+  bool vec;          // head_dim % 4 == 0 and every pointer 16-byte aligned: float4 global I/O
+  bool skip_single;  // mixed batch: sequences with one new row are the decode kernel's
 };
 
 // Shared row stride (floats) of Q, K and V for a head of `head_dim`: padded to a multiple of 4,
@@ -48,16 +50,17 @@ inline size_t prefill_smem_bytes(int head_dim) {
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
-// Columns [c, c + 4) of a global row of `head_dim` floats (zeros beyond it).
-__device__ __forceinline__ float4 load_cols(const float* row, int c, int head_dim, bool vec) {
-  if (vec) return load4(row + c);
+// Columns [c, c + 4) of a global row of `head_dim` elements, as floats (zeros beyond it).
+template <typename C>
+__device__ __forceinline__ float4 load_cols(const C* row, int c, int head_dim, bool vec) {
+  if (vec) return load4_f(row + c);
   float v[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = c + i < head_dim ? row[c + i] : 0.0f;
+  for (int i = 0; i < 4; ++i) v[i] = c + i < head_dim ? to_float(row[c + i]) : 0.0f;
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
-template <int kMaxHeadDim>
+template <int kMaxHeadDim, typename C>
 __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillParams p) {
   constexpr int kColVecs = kMaxHeadDim / (4 * kThreadsPerRow);  // float4 columns per thread
   const int q_tile = blockIdx.x;
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
   const int first_row = p.token_offsets[seq];
   const int n_new = p.token_offsets[seq + 1] - first_row;
   const int q_begin = q_tile * kTileQ;
-  if (q_begin >= n_new) return;
+  if (q_begin >= n_new || (p.skip_single && n_new == 1)) return;
   const int n_rows = min(kTileQ, n_new - q_begin);
   const int pos0 = p.context_lens[seq] - n_new + q_begin;  // position of the tile's row 0
   const int n_keys = pos0 + n_rows;                         // keys visible to its last row
@@ -126,8 +129,8 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
       const int64_t base = key_base[j];
       float4 k = make_float4(0.f, 0.f, 0.f, 0.f), v = k;  // zeros past the visible keys
       if (base >= 0) {
-        k = load_cols(p.k_cache + base, c, p.head_dim, p.vec);
-        v = load_cols(p.v_cache + base, c, p.head_dim, p.vec);
+        k = load_cols(static_cast<const C*>(p.k_cache) + base, c, p.head_dim, p.vec);
+        v = load_cols(static_cast<const C*>(p.v_cache) + base, c, p.head_dim, p.vec);
       }
       store4(k_s + j * stride + c, k);
       store4(v_s + j * stride + c, v);
@@ -235,23 +238,32 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
   }
 }
 
-template <int kMaxHeadDim>
-void launch(const PagedAttentionShape& s, const PrefillParams& p, cudaStream_t stream) {
+template <int kMaxHeadDim, typename C>
+void launch_typed(const PagedAttentionShape& s, const PrefillParams& p, cudaStream_t stream) {
   const size_t smem = prefill_smem_bytes(s.head_dim);
   if (smem > 48 * 1024) {
-    LTM_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_kernel<kMaxHeadDim>,
+    LTM_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_kernel<kMaxHeadDim, C>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(s.max_new_tokens, kTileQ)), s.n_head, s.n_seqs);
-  paged_prefill_kernel<kMaxHeadDim><<<grid, kThreads, smem, stream>>>(p);
+  paged_prefill_kernel<kMaxHeadDim, C><<<grid, kThreads, smem, stream>>>(p);
   LTM_CUDA_CHECK_LAUNCH();
+}
+
+template <int kMaxHeadDim>
+void launch(const PagedAttentionShape& s, const PrefillParams& p, cudaStream_t stream) {
+  switch (s.kv) {
+    case ElemType::kF32: return launch_typed<kMaxHeadDim, float>(s, p, stream);
+    case ElemType::kBF16: return launch_typed<kMaxHeadDim, __nv_bfloat16>(s, p, stream);
+    case ElemType::kF16: return launch_typed<kMaxHeadDim, __half>(s, p, stream);
+  }
 }
 
 }  // namespace
 
-void launch_paged_prefill(const PagedAttentionShape& s, const float* qkv, const float* k_cache,
-                          const float* v_cache, float* out, cudaStream_t stream) {
+void launch_paged_prefill(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
+                          const void* v_cache, float* out, bool skip_single, cudaStream_t stream) {
   LTM_KERNEL_ASSERT(s.head_dim <= 256, "prefill attention supports head_dim <= 256; got %d",
                     s.head_dim);
   LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && s.n_head <= 65535, "n_seqs %d, n_head %d", s.n_seqs,
@@ -260,6 +272,7 @@ void launch_paged_prefill(const PagedAttentionShape& s, const float* qkv, const 
   static_cast<PagedParams&>(p) = paged_params(s, qkv, k_cache, v_cache, out);
   p.vec = s.head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache) &&
           aligned16(out);
+  p.skip_single = skip_single;
   if (s.head_dim <= 128) {
     launch<128>(s, p, stream);
   } else {

@@ -44,6 +44,32 @@ RowLaunch row_launch(int64_t rows, int64_t cols) {
   return {dim3(static_cast<unsigned>(ceil_div(cols, threads)), grid_rows(rows)), dim3(threads)};
 }
 
+// Four elements per thread when kVec == 4 (x 16-byte and y 8-byte aligned), else one.
+template <typename C, int kVec>
+__global__ void convert_kernel(const float* __restrict__ x, C* __restrict__ y, int64_t n_vec) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_vec;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (kVec == 4) {
+      store4_f(y + 4 * i, load4_f(x + 4 * i));
+    } else {
+      y[i] = from_float<C>(x[i]);
+    }
+  }
+}
+
+template <typename C>
+void launch_convert(const float* x, void* y_v, int64_t n, cudaStream_t stream) {
+  C* y = static_cast<C*>(y_v);
+  const bool vec = n % 4 == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  const int64_t n_vec = vec ? n / 4 : n;
+  if (vec) {
+    convert_kernel<C, 4><<<grid_for(n_vec, kThreads), kThreads, 0, stream>>>(x, y, n_vec);
+  } else {
+    convert_kernel<C, 1><<<grid_for(n_vec, kThreads), kThreads, 0, stream>>>(x, y, n_vec);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
@@ -83,6 +109,18 @@ void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, i
     gather_rows_kernel<<<l.grid, l.block, 0, stream>>>(src, rows, dst, n, d);
   }
   LTM_CUDA_CHECK_LAUNCH();
+}
+
+void convert_from_f32(const float* x, void* y, ElemType type, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  switch (type) {
+    case ElemType::kF32:
+      LTM_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream));
+      return;
+    case ElemType::kBF16: return launch_convert<__nv_bfloat16>(x, y, n, stream);
+    case ElemType::kF16: return launch_convert<__half>(x, y, n, stream);
+  }
 }
 
 }  // namespace ltm::kernels::cuda

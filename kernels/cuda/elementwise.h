@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/elem_type.h"
+
 namespace ltm::kernels::cuda {
 
 // x[i] += y[i], i < n.
@@ -16,5 +18,8 @@ void add_bias(float* x, const float* bias, int64_t rows, int64_t cols, cudaStrea
 // dst[i, :] = src[rows[i], :], i < n; rows is device memory.
 void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t d,
                  cudaStream_t stream);
+// y[i] = x[i] rounded to nearest even in `type` (bf16 or fp16; a copy for f32), i < n: the
+// activations a 16-bit GEMM reads.
+void convert_from_f32(const float* x, void* y, ElemType type, int64_t n, cudaStream_t stream);
 
 }  // namespace ltm::kernels::cuda

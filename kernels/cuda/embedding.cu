@@ -24,6 +24,20 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, const T* __res
   }
 }
 
+// A 16-bit table (C) into float rows; one thread per element.
+template <typename C>
+__global__ void embedding_typed_kernel(const int32_t* __restrict__ ids, const C* __restrict__ table,
+                                       int64_t row_begin, int64_t row_end,
+                                       float* __restrict__ out, int64_t n_tokens, int64_t d) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
+    const int64_t id = ids[t];
+    out[t * d + c] = id >= row_begin && id < row_end ? to_float(table[(id - row_begin) * d + c])
+                                                     : 0.0f;
+  }
+}
+
 template <typename T>
 __global__ void add_learned_position_kernel(T* __restrict__ x, const T* __restrict__ table,
                                             const int32_t* __restrict__ positions,
@@ -73,6 +87,24 @@ void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_
   } else {
     embedding_kernel<<<grid, threads, 0, stream>>>(ids, table, row_begin, row_end, out, n_tokens,
                                                    cols);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+void embedding(const int32_t* ids, const void* table, ElemType type, int64_t row_begin,
+               int64_t row_end, float* out, int64_t n_tokens, int64_t d, cudaStream_t stream) {
+  if (type == ElemType::kF32)
+    return embedding(ids, static_cast<const float*>(table), row_begin, row_end, out, n_tokens, d,
+                     stream);
+  if (n_tokens <= 0 || d <= 0) return;
+  const int threads = threads_for_row(d, kThreads);
+  const dim3 grid = grid_2d(n_tokens, d, threads);
+  if (type == ElemType::kBF16) {
+    embedding_typed_kernel<<<grid, threads, 0, stream>>>(
+        ids, static_cast<const __nv_bfloat16*>(table), row_begin, row_end, out, n_tokens, d);
+  } else {
+    embedding_typed_kernel<<<grid, threads, 0, stream>>>(ids, static_cast<const __half*>(table),
+                                                         row_begin, row_end, out, n_tokens, d);
   }
   LTM_CUDA_CHECK_LAUNCH();
 }

@@ -48,7 +48,57 @@ __global__ void layer_norm_kernel(const T* x, const T* __restrict__ gamma,
   }
 }
 
+// As layer_norm_kernel, after x += residual + bias (each element read and rewritten by one
+// thread, which reads it back in the later passes).
+template <typename T>
+__global__ void add_bias_residual_layer_norm_kernel(T* x, const T* __restrict__ residual,
+                                                    const T* __restrict__ bias,
+                                                    const T* __restrict__ gamma,
+                                                    const T* __restrict__ beta,
+                                                    T* __restrict__ y, int64_t rows, int64_t n,
+                                                    int64_t cols, float eps) {
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* in = x + r * n;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const T v = residual ? in[i] + (residual[r * n + i] + bias[i]) : in[i] + bias[i];
+      in[i] = v;
+      s += sum4(v);
+    }
+    const float mean = block_sum(s, scratch) / static_cast<float>(cols);
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sq += sq_dev4(in[i], mean);
+    const float var = block_sum(sq, scratch) / static_cast<float>(cols);
+    const float rstd = 1.0f / sqrtf(var + eps);
+    T* out = y + r * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      out[i] = normalise(in[i], gamma[i], beta[i], mean, rstd);
+  }
+}
+
 }  // namespace
+
+void add_bias_residual_layer_norm(float* x, const float* residual, const float* bias,
+                                  const float* gamma, const float* beta, float* y, int64_t rows,
+                                  int64_t cols, float eps, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const bool vec = cols % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(gamma) &&
+                   aligned16(beta) && aligned16(bias) && aligned16(residual);
+  const int64_t n = vec ? cols / 4 : cols;
+  const int threads = threads_for_row(n, kMaxThreads);
+  const unsigned blocks = static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
+  if (vec) {
+    add_bias_residual_layer_norm_kernel<<<blocks, threads, 0, stream>>>(
+        reinterpret_cast<float4*>(x), reinterpret_cast<const float4*>(residual),
+        reinterpret_cast<const float4*>(bias), reinterpret_cast<const float4*>(gamma),
+        reinterpret_cast<const float4*>(beta), reinterpret_cast<float4*>(y), rows, n, cols, eps);
+  } else {
+    add_bias_residual_layer_norm_kernel<<<blocks, threads, 0, stream>>>(
+        x, residual, bias, gamma, beta, y, rows, n, cols, eps);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
 
 void layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
                 int64_t cols, float eps, cudaStream_t stream) {

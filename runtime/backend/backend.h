@@ -171,6 +171,23 @@ class Backend {
   // y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta.
   virtual void layer_norm(const float* x, const float* gamma, const float* beta, float* y,
                           int64_t rows, int64_t cols, float eps) = 0;
+  // The end of a residual block followed by the next LayerNorm:
+  //   x[r, :] = x[r, :] + (residual[r, :] + bias[:])   (x[r, :] + bias[:] when residual is null)
+  //   y[r, :] = layer_norm(x[r, :])
+  // The default runs add_bias (on residual, else on x), add and layer_norm, leaving `residual`
+  // holding residual + bias; a device backend fuses them into one pass over x (the CUDA backend
+  // leaves `residual` unchanged). y must not alias x or residual.
+  virtual void add_bias_residual_layer_norm(float* x, float* residual, const float* bias,
+                                            const float* gamma, const float* beta, float* y,
+                                            int64_t rows, int64_t cols, float eps) {
+    if (residual) {
+      add_bias(residual, bias, rows, cols);
+      add(x, residual, rows * cols);
+    } else {
+      add_bias(x, bias, rows, cols);
+    }
+    layer_norm(x, gamma, beta, y, rows, cols, eps);
+  }
   // out[t, :] = table[ids[t] - row_begin, :] when row_begin <= ids[t] < row_end, else 0.
   // (A vocab-parallel rank holds rows [row_begin, row_end) of the embedding.)
   virtual void embedding(const int32_t* ids, const float* table, int64_t row_begin,

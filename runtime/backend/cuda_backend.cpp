@@ -16,6 +16,15 @@
 // environment allows TF32 tensor cores (about 8x the FP32 throughput on H100/H200, ~1e-3 relative
 // error).
 //
+// 16-bit weights and KV caches (--weight-dtype / --kv-dtype bf16 or fp16): weights are stored
+// [k, n] in 16 bits (rounded to nearest even on the host as they are written) and multiplied by
+// cuBLASLt on tensor cores with float32 accumulation (cuda_lt_gemm.h); the float32 activations are
+// rounded to the weight type first, into a scratch buffer (one extra pass over the activations,
+// 6 bytes per element, small beside the weights for decode; the Backend ops take float* so
+// activations between ops stay float32). The embedding table is 16-bit too (embed() converts
+// rows, lm_head() is a cuBLASLt GEMM). KV caches of 16-bit elements are written and read by the
+// attention kernels directly (kernels/cuda/attention.h), halving decode's cache traffic.
+//
 // Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
 // that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
 // libcublasLt alone cost ~200 MB of resident memory at start-up in every process.
@@ -26,12 +35,14 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -42,6 +53,8 @@
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layer_norm.h"
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cuda_lt_gemm.h"
+#include "runtime/model/dtype.h"
 
 namespace ltm {
 namespace {
@@ -96,6 +109,17 @@ struct StreamContext {
   StreamContext& operator=(const StreamContext&) = delete;
 };
 
+kernels::cuda::ElemType elem_type(Precision p) {
+  switch (p) {
+    case Precision::kF32: return kernels::cuda::ElemType::kF32;
+    case Precision::kBF16: return kernels::cuda::ElemType::kBF16;
+    case Precision::kF16: return kernels::cuda::ElemType::kF16;
+  }
+  return kernels::cuda::ElemType::kF32;
+}
+
+cudaDataType_t lt_type(Precision p) { return p == Precision::kBF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const cudaDeviceProp& prop)
@@ -103,7 +127,8 @@ class CudaBackend final : public Backend {
     allow_tf32_ = env_flag("LTM_CUDA_TF32");
     name_ = absl::StrCat("cuda:", device, " (", prop.name, ", ",
                          prop.totalGlobalMem / (size_t{1} << 30), " GiB, sm_", prop.major,
-                         prop.minor, ", cuBLAS fp32", allow_tf32_ ? " TF32" : "", ")");
+                         prop.minor, ", cuBLAS fp32", allow_tf32_ ? " TF32" : "",
+                         ", cuBLASLt bf16/fp16)");
     // Keep freed pool memory cached instead of returning it to the driver at each sync.
     cudaMemPool_t pool;
     LTM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -112,16 +137,20 @@ class CudaBackend final : public Backend {
     LTM_CUBLAS_CHECK(cublasCreate(&cublas_));
     LTM_CUBLAS_CHECK(cublasSetStream(cublas_, ctx_->stream));
     LTM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    lt_ = std::make_unique<LtGemm>(device);
   }
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(ctx_->stream);
+    lt_.reset();
     cublasDestroy(cublas_);
   }
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return name_; }
+  // f32, bf16 and fp16 weights and caches, in any combination.
+  bool supports(Precision, Precision) const override { return true; }
   int64_t device_memory_bytes() const override {
     size_t free_bytes = 0, total_bytes = 0;
     cudaSetDevice(device_);
@@ -189,6 +218,29 @@ class CudaBackend final : public Backend {
 
   bool comm_on_device() const override { return true; }
 
+  // --- 16-bit weights: [k, n] (or [rows, d]) as in the checkpoint, 2 bytes an element ---
+  DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override {
+    if (p == Precision::kF32) return Backend::alloc_weight(k, n, p);
+    DeviceBuffer w = alloc(static_cast<size_t>(k * n) * precision_size(p));
+    w.set_precision(p);
+    return w;
+  }
+  void write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
+                         int64_t k, int64_t n) override {
+    if (w.precision() == Precision::kF32)
+      return Backend::write_weight_rows(w, rows, row_begin, row_end, k, n);
+    LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k &&
+               w.bytes() >= static_cast<size_t>(k * n) * 2);
+    const int64_t count = (row_end - row_begin) * n;
+    weight_staging_.resize(static_cast<size_t>(count));
+    const bool bf16 = w.precision() == Precision::kBF16;
+    for (int64_t i = 0; i < count; ++i)
+      weight_staging_[i] = bf16 ? f32_to_bf16(rows[i]) : f32_to_f16(rows[i]);
+    copy_to_device(static_cast<uint16_t*>(w.data()) + row_begin * n, weight_staging_.data(),
+                   static_cast<size_t>(count) * 2);
+    synchronize();  // weight_staging_ is rewritten by the next call (loading is not hot)
+  }
+
   // --- ops ---
   void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
             bool b_transposed, float beta) override {
@@ -211,6 +263,38 @@ class CudaBackend final : public Backend {
                                      CUBLAS_GEMM_DEFAULT));
   }
 
+  // C[m, n] = A[m, k] W (+ beta C): fp32 W through cuBLAS; 16-bit W through cuBLASLt, after
+  // rounding A to W's type (column-major C^T [n, m] = W^T [n, k] A^T [k, m]).
+  void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
+              float beta) override {
+    if (w.precision() == Precision::kF32) return gemm(a, w.f32(), c, m, n, k, false, beta);
+    if (m <= 0 || n <= 0) return;
+    use_device(device_);
+    if (k <= 0) return gemm(a, nullptr, c, m, n, k, false, beta);  // C = beta C
+    const void* a16 = activations_16(a, m * k, w.precision());
+    lt_->run(w.data(), /*a_trans=*/false, a16, c, n, m, k, lt_type(w.precision()), beta,
+             ctx_->stream);
+  }
+  // logits[m, rows] = x[m, d] E^T: C^T [rows, m] = E [rows, d] (stored [d, rows] column-major,
+  // hence transposed) x^T [d, m].
+  void lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m, int64_t rows,
+               int64_t d) override {
+    if (table.precision() == Precision::kF32)
+      return gemm(x, table.f32(), logits, m, rows, d, true, 0.0f);
+    if (m <= 0 || rows <= 0) return;
+    use_device(device_);
+    if (d <= 0) return gemm(x, nullptr, logits, m, rows, d, true, 0.0f);
+    const void* x16 = activations_16(x, m * d, table.precision());
+    lt_->run(table.data(), /*a_trans=*/true, x16, logits, rows, m, d, lt_type(table.precision()),
+             0.0f, ctx_->stream);
+  }
+  void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin, int64_t row_end,
+             float* out, int64_t n_tokens, int64_t d) override {
+    use_device(device_);
+    kernels::cuda::embedding(ids, table.data(), elem_type(table.precision()), row_begin, row_end,
+                             out, n_tokens, d, ctx_->stream);
+  }
+
   void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override {
     use_device(device_);
     kernels::cuda::add_bias(x, bias, rows, cols, ctx_->stream);
@@ -228,6 +312,13 @@ class CudaBackend final : public Backend {
     use_device(device_);
     kernels::cuda::layer_norm(x, gamma, beta, y, rows, cols, eps, ctx_->stream);
   }
+  void add_bias_residual_layer_norm(float* x, float* residual, const float* bias,
+                                    const float* gamma, const float* beta, float* y, int64_t rows,
+                                    int64_t cols, float eps) override {
+    use_device(device_);
+    kernels::cuda::add_bias_residual_layer_norm(x, residual, bias, gamma, beta, y, rows, cols, eps,
+                                                ctx_->stream);
+  }
   void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_t row_end,
                  float* out, int64_t n_tokens, int64_t d) override {
     use_device(device_);
@@ -243,21 +334,14 @@ class CudaBackend final : public Backend {
     use_device(device_);
     kernels::cuda::gather_rows(src, rows, dst, n, d, ctx_->stream);
   }
-  // fp32 caches only for now (supports() says so; the model refuses others before this).
-  void kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache_v,
-                      void* v_cache_v) override {
-    LTM_ASSERT(a.kv == Precision::kF32, "CUDA KV cache is f32 only");
-    float* k_cache = static_cast<float*>(k_cache_v);
-    float* v_cache = static_cast<float*>(v_cache_v);
+  void kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache,
+                      void* v_cache) override {
     use_device(device_);
     kernels::cuda::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
-                                  a.block_size, k_cache, v_cache, ctx_->stream);
+                                  a.block_size, k_cache, v_cache, elem_type(a.kv), ctx_->stream);
   }
-  void paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache_v,
-                       const void* v_cache_v, float* out) override {
-    LTM_ASSERT(a.kv == Precision::kF32, "CUDA KV cache is f32 only");
-    const float* k_cache = static_cast<const float*>(k_cache_v);
-    const float* v_cache = static_cast<const float*>(v_cache_v);
+  void paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache,
+                       const void* v_cache, float* out) override {
     if (a.n_tokens == 0) return;
     // The kernels size their grids from these host hints; a stale hint would drop rows silently.
     LTM_ASSERT(a.max_new_tokens >= 1 && a.max_new_tokens <= a.n_tokens &&
@@ -276,6 +360,7 @@ class CudaBackend final : public Backend {
     shape.token_offsets = a.token_offsets;
     shape.context_lens = a.context_lens;
     shape.block_tables = a.block_tables;
+    shape.kv = elem_type(a.kv);
     const size_t need = kernels::cuda::paged_attention_workspace_bytes(shape);
     // Grows geometrically; the old buffer is freed in stream order, after the kernels using it.
     if (need > workspace_.bytes()) workspace_ = alloc(need * 2);
@@ -284,12 +369,23 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // x (n floats) rounded to `p` in act16_ (grown geometrically, freed in stream order).
+  const void* activations_16(const float* x, int64_t n, Precision p) {
+    const size_t need = static_cast<size_t>(n) * 2;
+    if (need > act16_.bytes()) act16_ = alloc(std::max(need, act16_.bytes() * 2));
+    kernels::cuda::convert_from_f32(x, act16_.data(), elem_type(p), n, ctx_->stream);
+    return act16_.data();
+  }
+
   int device_;
   std::shared_ptr<StreamContext> ctx_;
   cublasHandle_t cublas_ = nullptr;
   bool allow_tf32_ = false;
   std::string name_;
   DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
+  std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
+  DeviceBuffer act16_;                   // activations rounded to 16 bits for lt_
+  std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
 };
 
 }  // namespace

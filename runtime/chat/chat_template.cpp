@@ -706,12 +706,13 @@ class Renderer {
           render_error(absl::StrCat(fn.name, "() takes a dict or keyword arguments"));
         d = *args[0].dict;
       }
-      for (const auto& [k, v] : kw) {
-        auto it = std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == k; });
+      for (const auto& arg : kw) {
+        const std::string& key = arg.first;
+        auto it = std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == key; });
         if (it != d.end())
-          it->second = v;
+          it->second = arg.second;
         else
-          d.emplace_back(k, v);
+          d.emplace_back(key, arg.second);
       }
       charge(d.size() * (sizeof(Value) + 32));
       if (fn.name == "dict") return Value::of_dict(std::move(d));
@@ -1161,6 +1162,52 @@ class Renderer {
 
 using chat_detail::TemplateError;
 
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i] (as strict as a JSON encoder), 0 if invalid.
+size_t utf8_len(std::string_view s, size_t i) {
+  const auto at = [&](size_t k) -> unsigned {
+    return k < s.size() ? static_cast<unsigned char>(s[k]) : 0;
+  };
+  const unsigned c = at(i);
+  const auto cont = [&](size_t k, unsigned lo, unsigned hi) { return at(k) >= lo && at(k) <= hi; };
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(i + 1, 0x80, 0xBF) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return cont(i + 1, lo, hi) && cont(i + 2, 0x80, 0xBF) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return cont(i + 1, lo, hi) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+// An error message as callers can put it in a JSON reply: at most ~400 bytes, valid UTF-8 (a
+// template's bytes or a raise_exception text may be neither).
+std::string clean_message(std::string_view m) {
+  constexpr size_t kMaxBytes = 400;
+  std::string out;
+  for (size_t i = 0; i < m.size();) {
+    if (out.size() >= kMaxBytes) {
+      out += "...";
+      break;
+    }
+    const size_t n = utf8_len(m, i);
+    if (n == 0) {
+      out += '?';
+      ++i;
+    } else {
+      out.append(m, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 ChatTemplate::ChatTemplate(std::shared_ptr<const chat_detail::Program> program)
     : program_(std::move(program)) {}
 
@@ -1168,7 +1215,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   try {
     return ChatTemplate(chat_detail::parse_program(source));
   } catch (const TemplateError& e) {
-    return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.what()));
+    return absl::InvalidArgumentError(clean_message(absl::StrCat("chat template: ", e.what())));
   }
 }
 
@@ -1193,11 +1240,12 @@ absl::StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& c
   } catch (const TemplateError& e) {
     switch (e.kind) {
       case TemplateError::Kind::kRaised:
-        return absl::InvalidArgumentError(absl::StrCat("chat template raised: ", e.what()));
+        return absl::InvalidArgumentError(
+            clean_message(absl::StrCat("chat template raised: ", e.what())));
       case TemplateError::Kind::kLimit: return absl::ResourceExhaustedError(e.what());
       default:
         return absl::InvalidArgumentError(
-            absl::StrCat("chat template: line ", line, ": ", e.what()));
+            clean_message(absl::StrCat("chat template: line ", line, ": ", e.what())));
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("chat template: out of memory while rendering");

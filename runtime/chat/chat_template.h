@@ -22,6 +22,7 @@
 //   - any other render error (a type error, an attribute of an undefined value):
 //     InvalidArgument "chat template: line L: ...";
 //   - a limit: ResourceExhausted "chat template: ... limit ...".
+// Messages are valid UTF-8 and at most ~400 bytes (longer ones end in "...").
 //
 // Thread-safety: a parsed ChatTemplate is immutable; render() may run on many threads at once.
 #pragma once

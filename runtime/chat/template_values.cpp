@@ -303,10 +303,10 @@ bool equals(const Value& a, const Value& b) {
       return true;
     case K::kDict:
       if (a.dict->size() != b.dict->size()) return false;
-      for (const auto& [k, x] : *a.dict) {
+      for (const auto& item : *a.dict) {
         const auto it = std::find_if(b.dict->begin(), b.dict->end(),
-                                     [&](const auto& kv) { return kv.first == k; });
-        if (it == b.dict->end() || !equals(x, it->second)) return false;
+                                     [&](const auto& kv) { return kv.first == item.first; });
+        if (it == b.dict->end() || !equals(item.second, it->second)) return false;
       }
       return true;
     case K::kNamespace: return a.ns == b.ns;

@@ -45,45 +45,6 @@ absl::Status validate(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// splitmix64's output function: a bijection of uint64 with good avalanche.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-}  // namespace
-
-Rng::Rng(uint64_t seed) {
-  // splitmix64 stream from the seed; its outputs are never all zero.
-  for (uint64_t& s : s_) {
-    seed += 0x9E3779B97F4A7C15ull;
-    s = mix64(seed);
-  }
-}
-
-Rng Rng::for_token(uint64_t seed, int64_t token_index) {
-  return Rng(mix64(mix64(seed) ^ static_cast<uint64_t>(token_index)));
-}
-
-uint64_t Rng::next_u64() {  // xoshiro256** 1.0 (Blackman & Vigna)
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
-
 // ---- Numeric kernels ----------------------------------------------------------------------------
 
 namespace {

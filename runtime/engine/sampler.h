@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/engine/rng_core.h"
 
 namespace ltm {
 
@@ -59,18 +60,23 @@ absl::Status validate(const SamplingParams& params);
 
 // xoshiro256** seeded through splitmix64: the same seed gives the same stream on every platform
 // (only integer arithmetic; uniform() uses the top 53 bits). Not thread-safe; cheap to copy.
+// The arithmetic is RngCore (rng_core.h), shared with the GPU sampler.
 class Rng {
  public:
-  explicit Rng(uint64_t seed);
+  explicit Rng(uint64_t seed) : core_(RngCore::seeded(seed)) {}
   // The generator for a request's `token_index`-th generated token: a pure function of
   // (seed, token_index), so any rank, or a recomputation after preemption, draws the same.
-  static Rng for_token(uint64_t seed, int64_t token_index);
+  static Rng for_token(uint64_t seed, int64_t token_index) {
+    return Rng(RngCore::for_token(seed, token_index));
+  }
 
-  uint64_t next_u64();
-  double uniform();  // [0, 1), multiples of 2^-53
+  uint64_t next_u64() { return core_.next_u64(); }
+  double uniform() { return core_.uniform(); }  // [0, 1), multiples of 2^-53
+  const RngCore& core() const { return core_; }
 
  private:
-  uint64_t s_[4];
+  explicit Rng(const RngCore& core) : core_(core) {}
+  RngCore core_;
 };
 
 // Why a row could not be sampled: the (negative) token of a SampleResult that is not ok().

@@ -269,10 +269,14 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   float* proj = proj_out_.f32();
   float* ff = ff_.f32();
   const bool tp = shard_.tp > 1;
+  // Each residual block's end (bias, residual add) and the LayerNorm after it are one backend op
+  // (add_bias_residual_layer_norm: one pass over hidden on a GPU); only the stage's first LN1 and
+  // its last block's end stand alone.
   for (size_t l = 0; l < layer_.size(); ++l) {
     const LayerWeights& w = layer_[l];
+    const LayerWeights* next = l + 1 < layer_.size() ? &layer_[l + 1] : nullptr;
     // O = X + Attn(LN1(X))
-    b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
+    if (l == 0) b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
     apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
     b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
@@ -282,15 +286,13 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
       apply_lora(l, LoraModule::kAttnProj, attn, proj);      // partial update: summed below
       all_reduce(proj, n * d);
-      b.add_bias(proj, w.attn_proj_b.f32(), n, d);
-      b.add(hidden, proj, n * d);
     } else {
       b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
       apply_lora(l, LoraModule::kAttnProj, attn, hidden);
-      b.add_bias(hidden, w.attn_proj_b.f32(), n, d);
     }
-    // H = O + FFN(LN2(O))
-    b.layer_norm(hidden, w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
+    // H = O + FFN(LN2(O)): O's bias (and the TP partial sums), then LN2.
+    b.add_bias_residual_layer_norm(hidden, tp ? proj : nullptr, w.attn_proj_b.f32(),
+                                   w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
     apply_lora(l, LoraModule::kMlpFc, ln, ff);
     b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
@@ -298,11 +300,18 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
       apply_lora(l, LoraModule::kMlpProj, ff, proj);
       all_reduce(proj, n * d);
-      b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
-      b.add(hidden, proj, n * d);
     } else {
       b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
       apply_lora(l, LoraModule::kMlpProj, ff, hidden);
+    }
+    float* residual = tp ? proj : nullptr;
+    if (next) {  // H's bias (and partial sums), then the next layer's LN1
+      b.add_bias_residual_layer_norm(hidden, residual, w.mlp_proj_b.f32(), next->ln_1_g.f32(),
+                                     next->ln_1_b.f32(), ln, n, d, eps);
+    } else if (residual) {
+      b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
+      b.add(hidden, proj, n * d);
+    } else {
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }

@@ -86,6 +86,17 @@ TEST(ChatTemplateRender, RaiseExceptionIsAClearInvalidArgument) {
   EXPECT_EQ(s.message(), "chat template raised: first must be user, got system");
 }
 
+TEST(ChatTemplateRender, ErrorMessagesAreShortValidUtf8) {
+  const absl::Status s = render_error("{{ raise_exception('\xff' ~ 'x' * 1000) }}");
+  EXPECT_EQ(s.message().substr(0, 24), "chat template raised: ?x");
+  EXPECT_LE(s.message().size(), 404u);
+  EXPECT_EQ(s.message().substr(s.message().size() - 4), "x...");
+  const absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::parse("{% " + std::string(5000, 'k') + " %}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_LE(t.status().message().size(), 404u);
+}
+
 TEST(ChatTemplateRender, UndefinedPrintsNothingButItsAttributesFail) {
   EXPECT_EQ(render_ok("[{{ nothing }}]{% if nothing %}x{% endif %}{{ nothing | length }}"), "[]0");
   EXPECT_EQ(render_ok("{% for x in nothing %}x{% else %}none{% endfor %}"), "none");

@@ -3,6 +3,15 @@
 // Each case prints "max |cuda - cpu|" and asserts it below the tolerance (1e-4 absolute for the
 // element-wise ops, layer_norm and attention; 1e-4 relative to the largest output for GEMM, whose
 // outputs grow with k). Skips itself when there is no CUDA device (or ltm was built without CUDA).
+//
+// 16-bit weights and caches (bf16, fp16), against the CPU backend holding the same 16-bit values:
+//  - matmul / lm_head: the GPU also rounds the float32 activations to the weight type before its
+//    tensor-core GEMM (the CPU multiplies them in float32), so they differ by that rounding:
+//    tolerance 1e-2 (bf16, 8 mantissa bits) and 2e-3 (fp16, 11 bits) relative to the largest
+//    output, about 5x the worst error seen for k <= 3072 in theory (2^-9 resp. 2^-12 per element,
+//    accumulated as a random walk).
+//  - embed: exact (both widen the same 16-bit values).
+//  - kv_cache_write: bit-exact caches (both round to nearest even); paged_attention on them 1e-4.
 #include <gtest/gtest.h>
 
 #ifdef LTM_HAVE_CUDA
@@ -13,14 +22,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/model/dtype.h"
 
 namespace ltm {
 namespace {
@@ -155,6 +167,85 @@ TEST_F(CudaBackendTest, Gemm) {
   }
 }
 
+float tolerance_16(Precision p) { return p == Precision::kBF16 ? 1e-2f : 2e-3f; }
+
+TEST_F(CudaBackendTest, Matmul16BitWeights) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  // Odd leading dimensions (n = 33, 97; k = 65) take cuBLASLt's unaligned algorithms.
+  const Shape shapes[] = {{1, 768, 768}, {7, 33, 65}, {37, 64, 128}, {64, 2304, 768},
+                          {130, 97, 3072}, {1, 3072, 768}};
+  uint32_t seed = 300;
+  for (Precision p : {Precision::kBF16, Precision::kF16}) {
+    for (const Shape& s : shapes) {
+      for (float beta : {0.0f, 1.0f}) {
+        const std::vector<float> a = random_floats(s.m * s.k, ++seed);
+        const std::vector<float> w = random_floats(s.k * s.n, ++seed);
+        const std::vector<float> c0 = random_floats(s.m * s.n, ++seed);
+        Twin ta = twin(a), tc = twin(c0);
+        DeviceBuffer w_cpu = cpu_->upload_weight(w.data(), s.k, s.n, p);
+        DeviceBuffer w_gpu = gpu_->upload_weight(w.data(), s.k, s.n, p);
+        EXPECT_EQ(w_gpu.precision(), p);
+        EXPECT_EQ(w_gpu.bytes(), static_cast<size_t>(s.k * s.n) * 2);
+        if (beta == 0.0f) {  // C must not be read
+          std::vector<float> nan(c0.size(), std::numeric_limits<float>::quiet_NaN());
+          gpu_->copy_to_device(tc.gpu.data(), nan.data(), nan.size() * sizeof(float));
+        }
+        cpu_->matmul(ta.cpu.f32(), w_cpu, tc.cpu.f32(), s.m, s.n, s.k, beta);
+        gpu_->matmul(ta.gpu.f32(), w_gpu, tc.gpu.f32(), s.m, s.n, s.k, beta);
+        auto [c, g] = fetch(tc, s.m * s.n);
+        const float d = max_abs_diff(c, g);
+        const float scale = std::max(1.0f, max_abs(c));
+        report(std::string("matmul ") + precision_name(p) + " m=" + std::to_string(s.m) +
+                   " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                   " beta=" + std::to_string(static_cast<int>(beta)),
+               d / scale);
+        EXPECT_LT(d, tolerance_16(p) * scale);
+        // The same shape again (the cached algorithm) gives the same bits.
+        if (beta == 0.0f) {
+          gpu_->matmul(ta.gpu.f32(), w_gpu, tc.gpu.f32(), s.m, s.n, s.k, beta);
+          auto [c2, g2] = fetch(tc, s.m * s.n);
+          EXPECT_EQ(g, g2);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, EmbedAndLmHead16Bit) {
+  const int64_t rows = 1000, row_begin = 2000;  // a vocab-parallel rank's rows
+  for (Precision p : {Precision::kBF16, Precision::kF16}) {
+    for (int64_t d : std::vector<int64_t>{64, 80, 768}) {
+      const std::vector<float> e = random_floats(rows * d, 400 + static_cast<uint32_t>(d));
+      DeviceBuffer e_cpu = cpu_->upload_embedding(e.data(), rows, d, p);
+      DeviceBuffer e_gpu = gpu_->upload_embedding(e.data(), rows, d, p);
+      const int64_t n_tokens = 9;
+      std::vector<int32_t> ids = {2000, 2999, 3000, 1999, 2500, 2001, 0, 2777, 2998};
+      Twin tids = twin(ids), out = twin_alloc(n_tokens * d);
+      cpu_->embed(tids.cpu.i32(), e_cpu, row_begin, row_begin + rows, out.cpu.f32(), n_tokens, d);
+      gpu_->embed(tids.gpu.i32(), e_gpu, row_begin, row_begin + rows, out.gpu.f32(), n_tokens, d);
+      const float de = diff(out, n_tokens * d);
+      report(std::string("embed ") + precision_name(p) + " d=" + std::to_string(d), de);
+      EXPECT_EQ(de, 0.0f);
+
+      for (int64_t m : std::vector<int64_t>{1, 5, 64}) {
+        Twin x = twin(random_floats(m * d, 410 + static_cast<uint32_t>(m)));
+        Twin logits = twin_alloc(m * rows);
+        cpu_->lm_head(x.cpu.f32(), e_cpu, logits.cpu.f32(), m, rows, d);
+        gpu_->lm_head(x.gpu.f32(), e_gpu, logits.gpu.f32(), m, rows, d);
+        auto [c, g] = fetch(logits, m * rows);
+        const float dl = max_abs_diff(c, g);
+        const float scale = std::max(1.0f, max_abs(c));
+        report(std::string("lm_head ") + precision_name(p) + " m=" + std::to_string(m) +
+                   " d=" + std::to_string(d),
+               dl / scale);
+        EXPECT_LT(dl, tolerance_16(p) * scale);
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, AddAndAddBias) {
   for (int64_t n : std::vector<int64_t>{1, 3, 1000, 4099, int64_t{1} << 20}) {
     Twin x = twin(random_floats(n + 1, 20)), y = twin(random_floats(n + 1, 21));
@@ -230,6 +321,36 @@ TEST_F(CudaBackendTest, LayerNorm) {
   }
 }
 
+TEST_F(CudaBackendTest, AddBiasResidualLayerNormFused) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape& s : {Shape{1, 768}, Shape{37, 4096}, Shape{5, 13}, Shape{64, 80}}) {
+    for (bool with_residual : {false, true}) {
+      const uint32_t seed = 500 + static_cast<uint32_t>(s.cols);
+      Twin x = twin(random_floats(s.rows * s.cols, seed, -3.0f, 3.0f));
+      Twin res = twin(random_floats(s.rows * s.cols, seed + 1));
+      Twin bias = twin(random_floats(s.cols, seed + 2));
+      Twin gamma = twin(random_floats(s.cols, seed + 3, 0.5f, 1.5f));
+      Twin beta = twin(random_floats(s.cols, seed + 4));
+      Twin y = twin_alloc(s.rows * s.cols);
+      cpu_->add_bias_residual_layer_norm(x.cpu.f32(), with_residual ? res.cpu.f32() : nullptr,
+                                         bias.cpu.f32(), gamma.cpu.f32(), beta.cpu.f32(),
+                                         y.cpu.f32(), s.rows, s.cols, 1e-5f);
+      gpu_->add_bias_residual_layer_norm(x.gpu.f32(), with_residual ? res.gpu.f32() : nullptr,
+                                         bias.gpu.f32(), gamma.gpu.f32(), beta.gpu.f32(),
+                                         y.gpu.f32(), s.rows, s.cols, 1e-5f);
+      const float dx = diff(x, s.rows * s.cols), dy = diff(y, s.rows * s.cols);
+      const std::string name = "add_bias_residual_layer_norm " + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + (with_residual ? " residual" : "");
+      report(name + " x", dx);
+      report(name + " y", dy);
+      EXPECT_EQ(dx, 0.0f);  // the same two float adds in the same order
+      EXPECT_LT(dy, kTol);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, EmbeddingAndGather) {
   const int64_t vocab = 400, row_begin = 100, row_end = 300;
   for (int64_t d : std::vector<int64_t>{1, 13, 768}) {
@@ -301,11 +422,28 @@ struct AttentionCase {
   std::vector<SeqSpec> seqs;
 };
 
-class CudaAttentionTest : public CudaBackendTest,
-                          public ::testing::WithParamInterface<AttentionCase> {};
+class CudaAttentionTest
+    : public CudaBackendTest,
+      public ::testing::WithParamInterface<std::tuple<AttentionCase, Precision>> {};
+
+// n random cache elements of type p (uniform in [lo, hi) before rounding), as bytes.
+std::vector<unsigned char> random_cache(size_t n, Precision p, uint32_t seed, float lo, float hi) {
+  const std::vector<float> f = random_floats(n, seed, lo, hi);
+  std::vector<unsigned char> bytes(n * precision_size(p));
+  for (size_t i = 0; i < n; ++i) {
+    if (p == Precision::kF32) {
+      std::memcpy(bytes.data() + 4 * i, &f[i], 4);
+    } else {
+      const uint16_t h = p == Precision::kBF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return bytes;
+}
 
 TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
-  const AttentionCase& c = GetParam();
+  const AttentionCase& c = std::get<0>(GetParam());
+  const Precision kv = std::get<1>(GetParam());
   const int n_seqs = static_cast<int>(c.seqs.size());
   const int bs = c.block_size;
   std::mt19937 rng(80);
@@ -343,8 +481,9 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
   const int64_t d_local = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t cache_floats = static_cast<int64_t>(n_blocks) * c.n_head * bs * c.head_dim;
   Twin qkv = twin(random_floats(n_tokens * 3 * d_local, 81, -2.0f, 2.0f));
-  Twin k_cache = twin(random_floats(cache_floats, 82, -2.0f, 2.0f));
-  Twin v_cache = twin(random_floats(cache_floats, 83));
+  Twin k_cache = twin(random_cache(cache_floats, kv, 82, -2.0f, 2.0f));
+  Twin v_cache = twin(random_cache(cache_floats, kv, 83, -1.0f, 1.0f));
+  const size_t cache_bytes = static_cast<size_t>(cache_floats) * precision_size(kv);
   Twin out = twin_alloc(n_tokens * d_local);
   Twin t_offsets = twin(token_offsets), t_ctx = twin(context_lens), t_tables = twin(block_tables),
        t_slots = twin(slot_mapping);
@@ -358,6 +497,7 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
   args.n_head = c.n_head;
   args.head_dim = c.head_dim;
   args.block_size = bs;
+  args.kv = kv;
   AttentionArgs cpu_args = args, gpu_args = args;
   cpu_args.token_offsets = t_offsets.cpu.i32();
   cpu_args.context_lens = t_ctx.cpu.i32();
@@ -368,26 +508,32 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
   gpu_args.block_tables = t_tables.gpu.i32();
   gpu_args.slot_mapping = t_slots.gpu.i32();
 
-  cpu_->kv_cache_write(cpu_args, qkv.cpu.f32(), k_cache.cpu.f32(), v_cache.cpu.f32());
-  gpu_->kv_cache_write(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32());
-  const float dk = diff(k_cache, cache_floats), dv = diff(v_cache, cache_floats);
-  report("kv_cache_write " + c.name + " K", dk);
-  report("kv_cache_write " + c.name + " V", dv);
-  EXPECT_EQ(dk, 0.0f);
-  EXPECT_EQ(dv, 0.0f);
+  const std::string name = c.name + " kv " + precision_name(kv);
+  cpu_->kv_cache_write(cpu_args, qkv.cpu.f32(), k_cache.cpu.data(), v_cache.cpu.data());
+  gpu_->kv_cache_write(gpu_args, qkv.gpu.f32(), k_cache.gpu.data(), v_cache.gpu.data());
+  for (const Twin* cache : {&k_cache, &v_cache}) {  // bit for bit, whatever the element type
+    std::vector<unsigned char> cb(cache_bytes), gb(cache_bytes);
+    cpu_->copy_to_host(cb.data(), cache->cpu.data(), cache_bytes);
+    gpu_->copy_to_host(gb.data(), cache->gpu.data(), cache_bytes);
+    cpu_->synchronize();
+    gpu_->synchronize();
+    const bool same = cb == gb;
+    report("kv_cache_write " + name + (cache == &k_cache ? " K" : " V"), same ? 0.0f : 1.0f);
+    EXPECT_TRUE(same) << "the caches differ after kv_cache_write";
+  }
 
-  cpu_->paged_attention(cpu_args, qkv.cpu.f32(), k_cache.cpu.f32(), v_cache.cpu.f32(),
+  cpu_->paged_attention(cpu_args, qkv.cpu.f32(), k_cache.cpu.data(), v_cache.cpu.data(),
                         out.cpu.f32());
-  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32(),
+  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.data(), v_cache.gpu.data(),
                         out.gpu.f32());
   auto [co, go] = fetch(out, n_tokens * d_local);
   const float d = max_abs_diff(co, go);
-  report("paged_attention " + c.name, d);
+  report("paged_attention " + name, d);
   EXPECT_LT(d, kTol);
   for (float v : go) ASSERT_TRUE(std::isfinite(v));
 
   // Run again: the decode workspace is reused and the result must be identical.
-  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.f32(), v_cache.gpu.f32(),
+  gpu_->paged_attention(gpu_args, qkv.gpu.f32(), k_cache.gpu.data(), v_cache.gpu.data(),
                         out.gpu.f32());
   auto [co2, go2] = fetch(out, n_tokens * d_local);
   EXPECT_EQ(go, go2) << "attention is not deterministic";
@@ -395,7 +541,7 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         // Decode (one row per sequence; 0 rows for one of them). Contexts past 512 keys use the
         // split-and-merge path.
         AttentionCase{"decode_h4_d64_bs16", 4, 64, 16,
@@ -410,8 +556,20 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{"prefill_h3_d10_bs8_scalar", 3, 10, 8, {{0, 33}, {7, 9}}},
         AttentionCase{"prefill_h2_d128_bs32", 2, 128, 32, {{0, 130}, {200, 40}}},
         AttentionCase{"prefill_h1_d256_bs16", 1, 256, 16, {{0, 40}, {50, 3}}},
-        AttentionCase{"prefill_h12_d64_bs16_long", 12, 64, 16, {{0, 1000}}}),
-    [](const ::testing::TestParamInfo<AttentionCase>& info) { return info.param.name; });
+        AttentionCase{"prefill_h12_d64_bs16_long", 12, 64, 16, {{0, 1000}}},
+        // Head dims of real models (64 GPT-2, 80 Phi/GPT-J-like, 96, 128 GPT-3 6.7B+) in mixed
+        // batches: decode rows with contexts off the block size (some past one decode
+        // partition) beside chunked-prefill rows; these run both kernels in one call.
+        AttentionCase{"mixed_h4_d64_bs16", 4, 64, 16,
+                      {{0, 1}, {17, 1}, {0, 45}, {600, 1}, {33, 7}, {1023, 1}}},
+        AttentionCase{"mixed_h5_d80_bs16", 5, 80, 16, {{44, 1}, {0, 70}, {529, 1}, {15, 2}}},
+        AttentionCase{"mixed_h3_d96_bs32", 3, 96, 32, {{95, 1}, {100, 33}, {1, 1}, {700, 1}}},
+        AttentionCase{"mixed_h2_d128_bs16", 2, 128, 16, {{1500, 1}, {0, 129}, {8, 1}, {63, 40}}},
+        AttentionCase{"decode_h5_d80_bs16", 5, 80, 16, {{0, 1}, {79, 1}, {513, 1}}}),
+        ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16)),
+    [](const ::testing::TestParamInfo<std::tuple<AttentionCase, Precision>>& info) {
+      return std::get<0>(info.param).name + "_" + precision_name(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace ltm

@@ -1,5 +1,6 @@
 """Differential test: runtime/chat (through ltm-render-template) against Python's jinja2, set up as
-Hugging Face transformers sets it up (ltm_testing/chat_reference.py).
+Hugging Face transformers sets it up, and against Hugging Face's JavaScript engine for chat
+templates (@huggingface/jinja under node); see ltm_testing/chat_reference.py.
 
 The templates are written here in the styles of the common model families (ChatML, Llama-3 header
 tokens, Llama-2/Mistral [INST] with alternation checks, system-first turn markers, a template
@@ -8,8 +9,11 @@ conversations, with and without add_generation_prompt; the outputs must be equal
 Conversations a template refuses (raise_exception) must be refused by all three with the
 template's message. FEATURES are one-line templates covering the rest of the language.
 
-Needs: $LTM_RENDER_TEMPLATE and Debian's python3-jinja2 (scripts/setup). Features marked with a
-note are where Hugging Face's JavaScript engine (@huggingface/jinja) differs from jinja2.
+Features marked with a note are where @huggingface/jinja differs from jinja2 (so from transformers);
+they are compared with jinja2 only.
+
+Needs: $LTM_RENDER_TEMPLATE, Debian's python3-jinja2, node and tests/node/node_modules
+(scripts/setup). A missing one fails the test with a message saying how to get it.
 """
 
 import os
@@ -340,3 +344,18 @@ def test_refusals_match_jinja2(render_tool):
         assert mine[0] == "error", (src, mine)
         assert mine[1].startswith("chat template"), (src, mine)
     assert ours[5] == ("error", "chat template raised: boom: 7")
+
+
+def test_families_and_features_match_hf_js(render_tool, tmp_path):
+    if shutil.which("node") is None:
+        pytest.fail("node not found: install Debian's nodejs (scripts/setup)")
+    if ref.hf_js_module() is None:
+        pytest.fail(f"{ref.HF_JS_DIR} is missing: run scripts/setup (npm packages for tests)")
+    # Features where @huggingface/jinja differs from jinja2 (noted beside them) are left out.
+    cases = _cases(with_js_divergent=False)
+    ours = ref.render_ltm(render_tool, [(s, c) for _, s, c in cases])
+    theirs = ref.render_hf_js([(s, c) for _, s, c in cases], str(tmp_path))
+    assert len(ours) == len(theirs) == len(cases)
+    mismatches = _compare(cases, ours, theirs, "hf-js")
+    assert not mismatches, "\n".join(mismatches)
+    print(f"{len(cases)} renders equal to @huggingface/jinja's")
