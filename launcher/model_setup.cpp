@@ -12,7 +12,12 @@
 #include "common/memory.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "parallel/devsim_communicator.h"
 #include "parallel/partition.h"
+#ifdef LTM_HAVE_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
+#include "runtime/backend/devsim_backend.h"
 #include "launcher/lora_setup.h"
 #include "runtime/model/load_guard.h"
 #include "runtime/model/load_progress.h"
@@ -24,6 +29,9 @@ RankSetup::~RankSetup() {
   cache.reset();
   model.reset();
   source.reset();
+  tp_device = pp_device = nullptr;
+  tp_device_owned.reset();  // NCCL's finalize is collective, like the MPI communicators' frees
+  pp_device_owned.reset();
   backend.reset();
   world.reset();
 }
@@ -72,6 +80,31 @@ int local_ranks() {
   return 1;
 }
 
+// The device communicator of one group over its host one `host` (engine.h, Comms): `host`
+// itself when the backend computes in host memory (CPU), the devsim communicator over it on the
+// emulated device, NCCL on a device backend (a group of one needs none: a SoloCommunicator).
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> device_comm(
+    const WorkerOptions& o, Backend& backend, parallel::MpiCommunicator& host, int device,
+    const parallel::WatchdogOptions& wopts) {
+  if (!backend.comm_on_device()) return nullptr;  // use `host`
+  if (o.device == "devsim") {
+    auto* sim = static_cast<DevsimBackend*>(&backend);
+    return std::make_unique<parallel::DevsimCommunicator>(
+        host, [sim](const void* p, size_t bytes) { return sim->owns(p, bytes); },
+        [sim] { sim->synchronize(); });
+  }
+  if (host.size() == 1) return std::make_unique<parallel::SoloCommunicator>(host.name());
+#ifdef LTM_HAVE_NCCL
+  return std::make_unique<parallel::NcclCommunicator>(host, device, backend.stream(), wopts);
+#else
+  (void)device;
+  (void)wopts;
+  return absl::UnimplementedError(absl::StrCat(
+      "--device ", o.device, " with more than one rank in a group needs NCCL; this ltm was built "
+      "without it"));
+#endif
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, int* argc,
@@ -92,19 +125,23 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->threads = o.threads > 0 ? o.threads
                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                 local_ranks());
+  const int device = layout.rank % std::max(1, local_ranks());
   if (o.device == "cuda") {
-    // The NCCL communicator (parallel/nccl_communicator.h) is built but not yet wired in: the
-    // MPI communicators move host memory, so a CUDA group of more than one rank is refused.
-    if (rs->world->size() > 1)
-      return absl::UnimplementedError(
-          "--device cuda runs on one rank for now (tp 1, pp 1); multi-rank CUDA needs the NCCL "
-          "communicator, which is built but not yet connected");
     std::string error;
-    rs->backend = make_cuda_backend(layout.rank % std::max(1, local_ranks()), &error);
+    rs->backend = make_cuda_backend(device, &error);
     if (!rs->backend) return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", error));
+  } else if (o.device == "devsim") {
+    rs->backend = make_devsim_backend(rs->threads);  // the emulated device (tests only)
   } else {
     rs->backend = make_cpu_backend(rs->threads);
   }
+  // Two communicators per group: the host ones (world's MPI) and the device ones for activations.
+  LTM_ASSIGN_OR_RETURN(rs->tp_device_owned,
+                       device_comm(o, *rs->backend, rs->world->tp(), device, wopts));
+  LTM_ASSIGN_OR_RETURN(rs->pp_device_owned,
+                       device_comm(o, *rs->backend, rs->world->pp(), device, wopts));
+  rs->tp_device = rs->tp_device_owned ? rs->tp_device_owned.get() : &rs->world->tp();
+  rs->pp_device = rs->pp_device_owned ? rs->pp_device_owned.get() : &rs->world->pp();
 
   ShardSpec shard{o.tp, layout.tp_rank(), o.pp, layout.pp_rank()};
   std::error_code ec;
@@ -139,7 +176,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
         max_dim > 128 ? " (a multiple of 4 above 128 on cuda)" : ""));
   // Weights that would not fit in memory are refused before anything is allocated.
   const int64_t expected_bytes = weight_bytes_per_rank(config, shard, precisions.weights);
-  if (o.device == "cpu")
+  if (o.device != "cuda")  // the CPU backend, or the emulated device over it
     LTM_RETURN_IF_ERROR(check_host_memory(expected_bytes, local_ranks(), available_host_memory()));
   std::unique_ptr<WeightSource> inner;
   if (folder) {
@@ -172,7 +209,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   }
   try {
     LTM_ASSIGN_OR_RETURN(rs->model,
-                         Model::load(*rs->source, *rs->backend, shard, rs->world->tp(), mopts));
+                         Model::load(*rs->source, *rs->backend, shard, *rs->tp_device, mopts));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of memory while loading the weights (", expected_bytes, " bytes on this rank)"));
@@ -225,7 +262,8 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
                  KvCache::block_bytes(rs->model->layers().size(), rs->model->n_head_local(),
                                       config.head_dim(), o.block_size, rs->kv_precision);
   rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
-                                        Comms{rs->world->world(), rs->world->tp(), rs->world->pp()});
+                                        Comms{rs->world->world(), rs->world->tp(), rs->world->pp(),
+                                              *rs->tp_device, *rs->pp_device});
   rs->load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rs->resident_bytes = resident_bytes();

@@ -23,6 +23,11 @@ namespace ltm {
 struct RankSetup {
   std::unique_ptr<parallel::MpiWorld> world;
   std::unique_ptr<Backend> backend;
+  // The device communicators of the TP and PP groups (runtime/engine/engine.h, Comms): set by
+  // setup_rank; they point at world's MPI communicators on the CPU backend, else at these.
+  std::unique_ptr<parallel::Communicator> tp_device_owned, pp_device_owned;
+  parallel::Communicator* tp_device = nullptr;
+  parallel::Communicator* pp_device = nullptr;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Model> model;
   std::unique_ptr<KvCache> cache;
@@ -42,7 +47,9 @@ struct RankSetup {
   // The four figures above of every world rank, gathered at load (rank order).
   std::vector<std::array<uint64_t, 4>> memory_per_rank;
   std::optional<LoraSummary> merged_lora;  // --lora-merge: the adapter in the weights
-  ~RankSetup();  // engine, cache and model go before the world (MPI_Finalize)
+  // engine, cache and model go first, then the device communicators, the backend and the world
+  // (MPI_Finalize)
+  ~RankSetup();
 };
 
 // The element types of the weights and the KV cache for these flags and this checkpoint

@@ -178,7 +178,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->tp < 1) return fail(absl::StrCat("--tp must be at least 1, not ", o->tp));
   if (o->pp < 1) return fail(absl::StrCat("--pp must be at least 1, not ", o->pp));
   if (o->threads < 0) return fail("--threads must be >= 0");
-  if (o->device != "cpu" && o->device != "cuda")
+  // devsim: the emulated device of the tests (runtime/backend/devsim_backend.h), not in --help.
+  if (o->device != "cpu" && o->device != "cuda" && o->device != "devsim")
     return fail(absl::StrCat("--device must be cpu or cuda, not '", o->device, "'"));
   if (!(o->collective_timeout_s > 0)) return fail("--collective-timeout must be > 0 seconds");
   if (!(o->keepalive_s > 0)) return fail("--keepalive-s must be > 0 seconds");

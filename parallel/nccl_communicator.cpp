@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "parallel/group_abort.h"
-#include "parallel/mpi_call.h"
+#include "parallel/unique_id.h"
 
 namespace ltm::parallel {
 namespace {
@@ -32,23 +32,19 @@ namespace {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, std::string name, int device,
-                                   CUstream_st* stream, WatchdogOptions options)
-    : stream_(stream), device_(device), watchdog_(std::move(name), options) {
-  LTM_ASSERT(mpi_comm != MPI_COMM_NULL, "communicator ", watchdog_.group(), " is MPI_COMM_NULL");
-  LTM_MPI(MPI_Comm_rank(mpi_comm, &rank_), "Comm_rank", this->name());
-  LTM_MPI(MPI_Comm_size(mpi_comm, &size_), "Comm_size", this->name());
-
-  // The unique id travels over MPI, under the same deadline as any collective.
+NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
+                                   WatchdogOptions options)
+    : stream_(static_cast<cudaStream_t>(stream)),
+      device_(device),
+      rank_(host.rank()),
+      size_(host.size()),
+      watchdog_(host.name(), options) {
+  // The unique id travels over the host communicator, under the same deadline as any collective.
   ncclUniqueId id{};
-  if (rank_ == 0) {
-    const ncclResult_t r = ncclGetUniqueId(&id);
+  share_unique_id(host, &id, sizeof(id), [&](void* out) {
+    const ncclResult_t r = ncclGetUniqueId(static_cast<ncclUniqueId*>(out));
     if (r != ncclSuccess) fail_nccl(r, "GetUniqueId", __FILE__, __LINE__);
-  }
-  MPI_Request request;
-  LTM_MPI(MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm, &request), "broadcast(ncclUniqueId)",
-          this->name());
-  watchdog_.wait(&request, "broadcast(ncclUniqueId)", sizeof(id), watchdog_.deadline());
+  });
 
   use_device();
   LTM_NCCL_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "init");
@@ -69,6 +65,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, std::string name, int devi
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) {
     use_device();
+    flush();
     // Finalize flushes outstanding work and may wait for peers: bounded like any collective.
     const Deadline deadline = watchdog_.deadline();
     const ncclResult_t r = ncclCommFinalize(comm_);
@@ -79,12 +76,24 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
   if (done_ != nullptr) cudaEventDestroy(done_);
+  for (Slot& slot : slots_) {
+    if (slot.buffer != nullptr) cudaFree(slot.buffer);
+    if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
+    if (slot.sent != nullptr) cudaEventDestroy(slot.sent);
+  }
+  if (side_ != nullptr) cudaStreamDestroy(side_);
 }
 
 void NcclCommunicator::use_device() const {
   int current = -1;
   LTM_NCCL_CUDA(cudaGetDevice(&current), "cudaGetDevice");
   if (current != device_) LTM_NCCL_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+void NcclCommunicator::abort_comm() {
+  if (comm_ == nullptr) return;
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
 }
 
 void NcclCommunicator::fail_nccl(int result, std::string_view op, const char* file, int line) {
@@ -94,37 +103,36 @@ void NcclCommunicator::fail_nccl(int result, std::string_view op, const char* fi
       ") failed: ", ncclGetErrorString(static_cast<ncclResult_t>(result)),
       detail && *detail ? ": " : "", detail ? detail : "", " (", file, ":", line, ")");
   // Abort our side of the communicator so that peers blocked in it fail instead of hanging.
-  if (comm_ != nullptr) ncclCommAbort(comm_);
+  abort_comm();
   abort_group(kExitMpiFailure, message);
 }
 
-void NcclCommunicator::fail_timeout(std::string_view op, size_t bytes, Deadline deadline) {
-  const std::string message = watchdog_.timeout_message(op, bytes, deadline.seconds());
-  if (comm_ != nullptr) ncclCommAbort(comm_);
-  abort_group(kExitCollectiveTimeout, message);
+void NcclCommunicator::fail(const DeviceWaitOutcome& outcome) {
+  abort_comm();  // wait_device has aborted it already; nullptr now
+  abort_group(outcome.exit_code, outcome.message);
 }
 
-void NcclCommunicator::fail_launcher_gone(std::string_view op) {
-  const std::string message =
-      absl::StrCat(rank_prefix(), "the launcher (mpirun/srun) exited while this rank waited in ",
-                   std::string(op), " on group ", name(), "; aborting the group");
-  if (comm_ != nullptr) ncclCommAbort(comm_);
-  abort_group(kExitLauncherGone, message);
+namespace {
+
+// The communicator's asynchronous state as a poll result: an error carries NCCL's own words.
+DevicePoll poll_async_error(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+  if (r != ncclSuccess) state = r;
+  if (state == ncclInProgress) return {DevicePoll::kInProgress, ""};
+  if (state == ncclSuccess) return {DevicePoll::kDone, ""};
+  const char* detail = ncclGetLastError(comm);
+  return {DevicePoll::kError, absl::StrCat(ncclGetErrorString(state),
+                                           detail && *detail ? ": " : "", detail ? detail : "")};
 }
+
+}  // namespace
 
 void NcclCommunicator::wait_ready(std::string_view op, size_t bytes, Deadline deadline) {
-  const PollResult result = poll_until(
-      [&] {
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-        if (r != ncclSuccess) fail_nccl(r, op, __FILE__, __LINE__);
-        if (state == ncclInProgress) return false;
-        if (state != ncclSuccess) fail_nccl(state, op, __FILE__, __LINE__);
-        return true;
-      },
-      deadline, watchdog_.options());
-  if (result == PollResult::kTimedOut) fail_timeout(op, bytes, deadline);
-  if (result == PollResult::kLauncherGone) fail_launcher_gone(op);
+  const DeviceWaitOutcome outcome = wait_device(
+      [&] { return poll_async_error(comm_); }, [&] { abort_comm(); }, watchdog_, "NCCL", op,
+      bytes, deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
 }
 
 void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
@@ -132,22 +140,20 @@ void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // enqueued
   LTM_NCCL_CUDA(cudaEventRecord(done_, stream_), op);
-  const PollResult poll = poll_until(
-      [&] {
+  const DeviceWaitOutcome outcome = wait_device(
+      [&]() -> DevicePoll {
         const cudaError_t e = cudaEventQuery(done_);
-        if (e == cudaSuccess) return true;
-        if (e != cudaErrorNotReady) fail_cuda(e, op, name(), __FILE__, __LINE__);
+        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
+        if (e != cudaErrorNotReady)
+          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
+                                                   cudaGetErrorString(e))};
         // A peer's failure shows up here while our kernel waits for it.
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-        if (r != ncclSuccess) fail_nccl(r, op, __FILE__, __LINE__);
-        if (state != ncclSuccess && state != ncclInProgress)
-          fail_nccl(state, op, __FILE__, __LINE__);
-        return false;
+        DevicePoll p = poll_async_error(comm_);
+        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
+        return p;
       },
-      deadline, watchdog_.options());
-  if (poll == PollResult::kTimedOut) fail_timeout(op, bytes, deadline);
-  if (poll == PollResult::kLauncherGone) fail_launcher_gone(op);
+      [&] { abort_comm(); }, watchdog_, "NCCL", op, bytes, deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
 }
 
 void NcclCommunicator::all_reduce_sum(float* data, size_t count) {
@@ -203,6 +209,72 @@ void NcclCommunicator::recv(void* data, size_t bytes, int src, int tag) {
   const Deadline deadline = watchdog_.deadline();
   complete(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_),
            absl::StrCat("recv(src=", src, ",tag=", tag, ")"), bytes, deadline);
+}
+
+void NcclCommunicator::wait_sent(Slot& slot) {
+  if (!slot.busy) return;
+  const DeviceWaitOutcome outcome = wait_device(
+      [&]() -> DevicePoll {
+        const cudaError_t e = cudaEventQuery(slot.sent);
+        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
+        if (e != cudaErrorNotReady)
+          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
+                                                   cudaGetErrorString(e))};
+        DevicePoll p = poll_async_error(comm_);
+        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
+        return p;
+      },
+      [&] { abort_comm(); }, watchdog_, "NCCL", slot.op, slot.bytes, slot.deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
+  slot.busy = false;
+}
+
+void NcclCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
+  LTM_ASSERT(dst >= 0 && dst < size_ && dst != rank_, "post to rank ", dst, " on group ", name(),
+             " of ", size_, " from rank ", rank_);
+  LTM_ASSERT(tag >= 0, "post tag ", tag);
+  if (bytes == 0) return;
+  use_device();
+  Slot& slot = slots_[next_slot_];
+  next_slot_ ^= 1;
+  wait_sent(slot);  // the send before last from this slot
+  const std::string op = absl::StrCat("post(dst=", dst, ",tag=", tag, ")");
+  if (side_ == nullptr)
+    LTM_NCCL_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), op);
+  if (slot.copied == nullptr) {
+    LTM_NCCL_CUDA(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), op);
+    LTM_NCCL_CUDA(cudaEventCreateWithFlags(&slot.sent, cudaEventDisableTiming), op);
+  }
+  if (slot.capacity < bytes) {
+    if (slot.buffer != nullptr) LTM_NCCL_CUDA(cudaFree(slot.buffer), op);  // its send is done
+    slot.buffer = nullptr;
+    LTM_NCCL_CUDA(cudaMalloc(&slot.buffer, bytes), op);
+    slot.capacity = bytes;
+  }
+  // The copy is ordered after the ops that wrote `data`; the send after the copy; the compute
+  // stream goes on without waiting for the send.
+  LTM_NCCL_CUDA(cudaMemcpyAsync(slot.buffer, data, bytes, cudaMemcpyDeviceToDevice, stream_), op);
+  LTM_NCCL_CUDA(cudaEventRecord(slot.copied, stream_), op);
+  LTM_NCCL_CUDA(cudaStreamWaitEvent(side_, slot.copied, 0), op);
+  const Deadline deadline = watchdog_.deadline();
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess || r == ncclInProgress)
+    r = ncclSend(slot.buffer, bytes, ncclUint8, dst, comm_, side_);
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = end;
+  if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
+  wait_ready(op, bytes, deadline);  // taken by the communicator (not yet sent)
+  LTM_NCCL_CUDA(cudaEventRecord(slot.sent, side_), op);
+  slot.busy = true;
+  slot.op = op;
+  slot.bytes = bytes;
+  slot.deadline = deadline;
+}
+
+void NcclCommunicator::flush() {
+  if (comm_ == nullptr) return;
+  use_device();
+  for (Slot& slot : slots_) wait_sent(slot);
 }
 
 void NcclCommunicator::barrier() {

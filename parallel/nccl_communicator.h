@@ -1,19 +1,28 @@
 // NcclCommunicator: the Communicator over NCCL, on device buffers (Backend::comm_on_device()).
 //
-// Creation is collective over an MPI communicator: rank 0 makes the ncclUniqueId, MPI broadcasts
-// it (under the collective watchdog), then every rank joins the NCCL communicator on its `device`.
-// The MPI communicator is only used in the constructor and is not owned.
+// Creation is collective over the group's host communicator (MPI): its rank 0 makes the
+// ncclUniqueId, the host communicator broadcasts it (share_unique_id, parallel/unique_id.h, under
+// the collective watchdog), then every rank joins the NCCL communicator on its `device`. The host
+// communicator is only used in the constructor and is not owned. It is the device communicator of
+// the group (runtime/engine/engine.h, Comms): activations only.
 //
-// Ordering: operations are enqueued on `stream`; nullptr means the legacy default stream, which
-// is ordered both ways with every blocking stream of the device, the CUDA backend's included, so
-// a buffer the backend just wrote can be passed in directly. Each operation then waits on the host
-// until it has completed (as MpiCommunicator does): when a call returns, the data is in place.
+// Ordering: operations are enqueued on `stream` (Backend::stream(), the CUDA backend's compute
+// stream), so a buffer the backend just wrote is passed in directly, with no host wait before it;
+// nullptr means the legacy default stream. Each operation then waits on the host until it has
+// completed (as MpiCommunicator does): when a call returns, the data is in place.
 // Point-to-point: NCCL matches send/recv between two ranks in the order they are issued; `tag` is
 // not sent, only checked to be non-negative.
+// Pipeline sends (post): neither the host nor the compute stream waits for the receiver. The data
+// is copied (device to device, on the compute stream) into one of two staging slots (`hidden`
+// double-buffered: the caller may overwrite its buffer at once), an event orders a side stream
+// after that copy, and ncclSend runs there inside an NCCL group call. A slot is reused once its
+// previous send has completed, waited for under the watchdog (so at most two sends are in flight);
+// flush() waits for all of them.
 //
 // Failure, never a hang: the NCCL communicator is non-blocking (ncclConfig_t::blocking = 0), so
 // initialisation, enqueueing and completion are all polled (ncclCommGetAsyncError, cudaEventQuery)
-// under the collective watchdog's deadline (watchdog.h; timeout_s(), default 300 s, shared with the
+// by wait_device (parallel/device_wait.h: the state machine, unit-tested without NCCL) under the
+// collective watchdog's deadline (watchdog.h; timeout_s(), default 300 s, shared with the
 // MPI communicators through WatchdogOptions / --collective-timeout). An NCCL error prints
 //   ltm: <host>:<world rank>: NCCL <op> on group <name> (rank r of n) failed: <error>: <detail> (<file>:<line>)
 // a timeout prints the watchdog's "collective <op> on group <name> ... did not finish within T s"
@@ -24,13 +33,12 @@
 // constructor and the destructor are collective too (the destructor finalises the communicator).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <string>
 #include <string_view>
 
 #include "parallel/communicator.h"
+#include "parallel/device_wait.h"
 #include "parallel/watchdog.h"
 
 struct ncclComm;     // ncclComm_t
@@ -41,9 +49,10 @@ namespace ltm::parallel {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Collective over `mpi_comm`. `name` ("tp", "pp", "world") is named in every error message.
-  NcclCommunicator(MPI_Comm mpi_comm, std::string name, int device,
-                   CUstream_st* stream = nullptr, WatchdogOptions options = {});
+  // Collective over `host` (the group's MPI communicator), whose name ("tp", "pp") is named in
+  // every error message. `stream`: a cudaStream_t (Backend::stream()) or nullptr.
+  NcclCommunicator(Communicator& host, int device, void* stream = nullptr,
+                   WatchdogOptions options = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -60,6 +69,8 @@ class NcclCommunicator final : public Communicator {
   void send(const void* data, size_t bytes, int dst, int tag) override;
   void recv(void* data, size_t bytes, int src, int tag) override;
   void barrier() override;
+  void post(const void* data, size_t bytes, int dst, int tag) override;
+  void flush() override;
 
   // The collective timeout of the operations that start from now on; <= 0 disables it.
   void set_timeout(double seconds) { watchdog_.set_timeout(seconds); }
@@ -74,12 +85,31 @@ class NcclCommunicator final : public Communicator {
   void complete(int result, std::string_view op, size_t bytes, Deadline deadline);
   // Polls ncclCommGetAsyncError until the communicator is no longer ncclInProgress.
   void wait_ready(std::string_view op, size_t bytes, Deadline deadline);
+  // Aborts the communicator (once) and takes the group down with `outcome`'s message.
+  [[noreturn]] void fail(const DeviceWaitOutcome& outcome);
+  void abort_comm();
   [[noreturn]] void fail_nccl(int result, std::string_view op, const char* file, int line);
-  [[noreturn]] void fail_timeout(std::string_view op, size_t bytes, Deadline deadline);
-  [[noreturn]] void fail_launcher_gone(std::string_view op);
   void use_device() const;
 
+  // One staging slot of post(): a device buffer, the event after the copy into it and the event
+  // after its send.
+  struct Slot {
+    void* buffer = nullptr;
+    size_t capacity = 0;
+    CUevent_st* copied = nullptr;
+    CUevent_st* sent = nullptr;
+    bool busy = false;  // a send from it may still run
+    std::string op;
+    size_t bytes = 0;
+    Deadline deadline = Deadline::never();
+  };
+  // Waits (under the slot's deadline) until the slot's send has completed.
+  void wait_sent(Slot& slot);
+
   ncclComm* comm_ = nullptr;
+  CUstream_st* side_ = nullptr;  // post()'s sends
+  Slot slots_[2];
+  int next_slot_ = 0;
   CUstream_st* stream_ = nullptr;
   CUevent_st* done_ = nullptr;  // recorded after each operation
   float* barrier_buf_ = nullptr;  // one device float for barrier()

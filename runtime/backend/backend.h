@@ -76,7 +76,7 @@ struct AttentionArgs {
   Precision kv = Precision::kF32;  // element type of the K and V caches
 };
 
-enum class BackendKind { kCpu, kCuda };
+enum class BackendKind { kCpu, kCuda, kDevsim };
 
 class Backend {
  public:
@@ -152,6 +152,11 @@ class Backend {
   virtual void synchronize() = 0;  // waits for every op enqueued so far
   // True when communicators must be handed device memory (NCCL); false: host memory (MPI).
   virtual bool comm_on_device() const = 0;
+  // The queue this backend's ops are enqueued on, as an opaque handle for the device
+  // communicator built beside it (a cudaStream_t for CUDA, the emulated stream for devsim), so
+  // that collectives and pipeline transfers are ordered with the ops without a host wait.
+  // nullptr: ops run at once on the calling thread (CPU).
+  virtual void* stream() { return nullptr; }
 
   // --- ops (float32) ---
   // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).
@@ -221,6 +226,8 @@ class Backend {
 
 // The CPU backend with `n_threads` threads for OpenBLAS and the kernels (0: all cores).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// The emulated device over the CPU backend (runtime/backend/devsim_backend.h): tests only.
+std::unique_ptr<Backend> make_devsim_backend(int n_threads);
 // The CUDA backend on `device` (nullptr with a message in *error when built without CUDA or
 // when the device cannot be opened).
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);

@@ -217,6 +217,8 @@ class CudaBackend final : public Backend {
   }
 
   bool comm_on_device() const override { return true; }
+  // The compute stream: the NCCL communicator enqueues its collectives and transfers on it.
+  void* stream() override { return ctx_->stream; }
 
   // --- 16-bit weights: [k, n] (or [rows, d]) as in the checkpoint, 2 bytes an element ---
   DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override {

@@ -153,6 +153,7 @@ void Engine::shutdown() {
   post_plan(plan);
   comms_.world.flush();
   comms_.pp.flush();
+  comms_.pp_device.flush();
 }
 
 absl::Status Engine::load_adapter(int32_t id, const std::string& dir, int max_rank,
@@ -218,6 +219,7 @@ void Engine::follow() {
     if (plan->kind == PlanKind::kShutdown) {
       comms_.world.flush();
       comms_.pp.flush();
+      comms_.pp_device.flush();
       return;
     }
     execute(*plan);
@@ -233,15 +235,16 @@ StepOutput Engine::execute(const StepPlan& plan) {
   if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
   float* hidden = hidden_.f32();
 
+  // Activations stay on the device: the device communicator orders the transfers on the
+  // backend's stream (no host wait here).
   if (!s.is_first_stage()) {
     CommTimer t(&comm_seconds_);
-    comms_.pp.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
+    comms_.pp_device.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
   }
   model_.run_stage(in, hidden, cache_);
   if (!s.is_last_stage()) {
-    backend_.synchronize();
     CommTimer t(&comm_seconds_);
-    comms_.pp.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
+    comms_.pp_device.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
   }
 
   StepOutput out;

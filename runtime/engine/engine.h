@@ -22,10 +22,17 @@
 
 namespace ltm {
 
+// Two communicators per group: a host one (MPI, host memory: plans, sampling candidates, gathered
+// logits, samples) and a device one for activations (the backend's memory, ordered on its
+// stream: NCCL for CUDA, the devsim communicator for the emulated device, the same MPI
+// communicator again for the CPU backend, whose device memory is host memory). The engine never
+// asks which: the launcher picks (launcher/model_setup.cpp, device_comm).
 struct Comms {
   parallel::Communicator& world;
-  parallel::Communicator& tp;  // this rank's TP group (same stage)
-  parallel::Communicator& pp;  // this rank's PP group (same tp_rank, one rank per stage)
+  parallel::Communicator& tp;         // this rank's TP group (same stage), host memory
+  parallel::Communicator& pp;         // this rank's PP group (same tp_rank), host memory
+  parallel::Communicator& tp_device;  // the TP group on device memory (the model's all-reduces)
+  parallel::Communicator& pp_device;  // the PP group on device memory (`hidden` between stages)
 };
 
 class Engine final : public StepEngine {

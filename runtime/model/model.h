@@ -4,7 +4,8 @@
 // columns, and (first/last stage) its vocab rows of the tied embedding. One call of run_stage()
 // runs a whole batch of sequences, some in prefill (many new tokens) and some in decode (one),
 // through the stage's layers, reading and writing K/V through per-sequence block tables.
-// Communication is visible here: the two all-reduces per block go through the TP communicator.
+// Communication is visible here: the two all-reduces per block go through the TP communicator,
+// the device one (engine.h, Comms::tp_device): it takes this backend's memory, in stream order.
 // Threading: one thread drives a Model. Failure: device/communicator errors abort the group;
 // loading errors come back as Status.
 #pragma once
@@ -74,7 +75,8 @@ struct LoraWeights {
 
 class Model {
  public:
-  // Loads this rank's slices from `source` onto `backend`. `tp_comm` is the TP group (size tp).
+  // Loads this rank's slices from `source` onto `backend`. `tp_comm` is the TP group (size tp)
+  // on device memory (Comms::tp_device).
   // Refuses (InvalidArgument) shapes this shard cannot split and weight types the backend
   // cannot hold.
   static absl::StatusOr<std::unique_ptr<Model>> load(const WeightSource& source, Backend& backend,
@@ -174,7 +176,6 @@ class Model {
   DeviceBuffer attn_out_;  // [n_tokens, d_local]
   DeviceBuffer proj_out_;  // [n_tokens, d]
   DeviceBuffer ff_;        // [n_tokens, d_ff_local]
-  std::vector<float> host_reduce_;  // staging when the communicator needs host memory
 };
 
 }  // namespace ltm

@@ -72,7 +72,7 @@ struct Rig {
     model = std::move(*m);
     cache = std::make_unique<KvCache>(*backend, config.n_layer, config.n_head, config.head_dim(),
                                       kBlock, kBlocks);
-    engine = std::make_unique<Engine>(*model, *backend, *cache, Comms{world, tp, pp});
+    engine = std::make_unique<Engine>(*model, *backend, *cache, Comms{world, tp, pp, tp, pp});
   }
 };
 

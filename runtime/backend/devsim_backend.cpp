@@ -1,0 +1,291 @@
+#include "runtime/backend/devsim_backend.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace ltm {
+namespace {
+
+// NaN in every float of [p, p + bytes) (and whatever bytes are left over).
+void poison(void* p, size_t bytes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  unsigned char pattern[sizeof(float)];
+  std::memcpy(pattern, &nan, sizeof(nan));
+  auto* c = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i) c[i] = pattern[i % sizeof(float)];
+}
+
+// "0x7f..." for messages.
+std::string addr(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", p);
+  return buf;
+}
+
+}  // namespace
+
+void DevsimBackend::State::drain() {
+  // Ops may free buffers (whose deleters drain again): run the queue as taken, re-entry is a
+  // no-op; ops queued while draining run in the same pass.
+  if (draining) return;
+  draining = true;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    std::function<void()> op = std::move(queue[i]);
+    op();
+  }
+  queue.clear();
+  draining = false;
+}
+
+DevsimBackend::DevsimBackend(int n_threads)
+    : inner_(make_cpu_backend(n_threads)), state_(std::make_shared<State>()) {}
+
+DevsimBackend::~DevsimBackend() { synchronize(); }
+
+std::string DevsimBackend::describe() const {
+  return absl::StrCat("devsim (emulated device over ", inner_->describe(), ")");
+}
+
+bool DevsimBackend::owns(const void* p, size_t bytes) const {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->buffers.upper_bound(c);
+  if (it == state_->buffers.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+size_t DevsimBackend::pending() const { return state_->queue.size(); }
+
+void DevsimBackend::check(const void* p, const char* op) const {
+  if (p == nullptr) return;
+  LTM_ASSERT(owns(p, 0), "devsim: ", op, " was handed ", addr(p),
+             ", which is not device memory of the emulated device (a host pointer on the device)");
+}
+
+DeviceBuffer DevsimBackend::adopt(DeviceBuffer inner) {
+  void* data = inner.data();
+  const size_t bytes = inner.bytes();
+  const Precision precision = inner.precision();
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->buffers[static_cast<const char*>(data)] = bytes == 0 ? 1 : bytes;
+  }
+  auto held = std::make_shared<DeviceBuffer>(std::move(inner));
+  std::shared_ptr<State> state = state_;
+  // Freeing waits for the stream first (as cudaFree does): no queued op reads freed memory.
+  std::shared_ptr<void> owner(data, [state, held](void* q) mutable {
+    state->drain();
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->buffers.erase(static_cast<const char*>(q));
+    }
+    held.reset();
+  });
+  DeviceBuffer out(data, bytes, std::move(owner));
+  out.set_precision(precision);
+  return out;
+}
+
+void DevsimBackend::enqueue(std::function<void()> op) { state_->queue.push_back(std::move(op)); }
+
+void DevsimBackend::synchronize() { state_->drain(); }
+
+DeviceBuffer DevsimBackend::alloc(size_t bytes) {
+  DeviceBuffer buf = inner_->alloc(bytes);
+  poison(buf.data(), bytes);  // never-written device memory reads as NaN
+  return adopt(std::move(buf));
+}
+
+DeviceBuffer DevsimBackend::alloc_zeroed(size_t bytes) {
+  return adopt(inner_->alloc_zeroed(bytes));
+}
+
+DeviceBuffer DevsimBackend::upload(const void* host, size_t bytes, bool /*host_outlives*/) {
+  DeviceBuffer buf = alloc(bytes);  // always a copy, as on a real device
+  copy_to_device(buf.data(), host, bytes);
+  return buf;
+}
+
+DeviceBuffer DevsimBackend::alloc_weight(int64_t k, int64_t n, Precision p) {
+  return adopt(inner_->alloc_weight(k, n, p));
+}
+
+void DevsimBackend::write_weight_rows(DeviceBuffer& w, const float* rows, int64_t row_begin,
+                                      int64_t row_end, int64_t k, int64_t n) {
+  check(w.data(), "write_weight_rows");
+  synchronize();  // at load: in stream order, then packed at once from the caller's rows
+  inner_->write_weight_rows(w, rows, row_begin, row_end, k, n);
+}
+
+DeviceBuffer DevsimBackend::alloc_embedding(int64_t rows, int64_t d, Precision p) {
+  return adopt(inner_->alloc_embedding(rows, d, p));
+}
+
+void DevsimBackend::write_embedding_rows(DeviceBuffer& table, const float* e_rows,
+                                         int64_t row_begin, int64_t row_end, int64_t rows,
+                                         int64_t d) {
+  check(table.data(), "write_embedding_rows");
+  synchronize();
+  inner_->write_embedding_rows(table, e_rows, row_begin, row_end, rows, d);
+}
+
+void DevsimBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  LTM_ASSERT(owns(dst, bytes), "devsim: copy_to_device into ", addr(dst), " (", bytes,
+             " bytes), which is not device memory of the emulated device");
+  auto staged = std::make_shared<std::vector<unsigned char>>(
+      static_cast<const unsigned char*>(host_src),
+      static_cast<const unsigned char*>(host_src) + bytes);
+  enqueue([dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+}
+
+void DevsimBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  LTM_ASSERT(owns(src, bytes), "devsim: copy_to_host from ", addr(src), " (", bytes,
+             " bytes), which is not device memory of the emulated device");
+  LTM_ASSERT(!owns(host_dst, 1), "devsim: copy_to_host into device memory ", addr(host_dst));
+  poison(host_dst, bytes);  // what the host sees until the stream gets there
+  enqueue([host_dst, src, bytes] { std::memcpy(host_dst, src, bytes); });
+}
+
+void DevsimBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  LTM_ASSERT(owns(dst, bytes), "devsim: fill_zero of ", addr(dst), " (", bytes,
+             " bytes), which is not device memory of the emulated device");
+  enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
+}
+
+// --- ops: checked now, run when the stream gets there ---
+
+void DevsimBackend::gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+                         bool b_transposed, float beta) {
+  check(a, "gemm");
+  check(b, "gemm");
+  check(c, "gemm");
+  Backend* in = inner_.get();
+  enqueue([=] { in->gemm(a, b, c, m, n, k, b_transposed, beta); });
+}
+
+void DevsimBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
+                           int64_t k, float beta) {
+  check(a, "matmul");
+  check(w.data(), "matmul");
+  check(c, "matmul");
+  Backend* in = inner_.get();
+  const DeviceBuffer* wp = &w;
+  enqueue([=] { in->matmul(a, *wp, c, m, n, k, beta); });
+}
+
+void DevsimBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {
+  check(x, "add_bias");
+  check(bias, "add_bias");
+  Backend* in = inner_.get();
+  enqueue([=] { in->add_bias(x, bias, rows, cols); });
+}
+
+void DevsimBackend::add(float* x, const float* y, int64_t n) {
+  check(x, "add");
+  check(y, "add");
+  Backend* in = inner_.get();
+  enqueue([=] { in->add(x, y, n); });
+}
+
+void DevsimBackend::bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) {
+  check(x, "bias_gelu");
+  check(bias, "bias_gelu");
+  Backend* in = inner_.get();
+  enqueue([=] { in->bias_gelu(x, bias, rows, cols); });
+}
+
+void DevsimBackend::layer_norm(const float* x, const float* gamma, const float* beta, float* y,
+                               int64_t rows, int64_t cols, float eps) {
+  check(x, "layer_norm");
+  check(gamma, "layer_norm");
+  check(beta, "layer_norm");
+  check(y, "layer_norm");
+  Backend* in = inner_.get();
+  enqueue([=] { in->layer_norm(x, gamma, beta, y, rows, cols, eps); });
+}
+
+void DevsimBackend::embedding(const int32_t* ids, const float* table, int64_t row_begin,
+                              int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  check(ids, "embedding");
+  check(table, "embedding");
+  check(out, "embedding");
+  Backend* in = inner_.get();
+  enqueue([=] { in->embedding(ids, table, row_begin, row_end, out, n_tokens, d); });
+}
+
+void DevsimBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,
+                          int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
+  check(ids, "embed");
+  check(table.data(), "embed");
+  check(out, "embed");
+  Backend* in = inner_.get();
+  const DeviceBuffer* tp = &table;
+  enqueue([=] { in->embed(ids, *tp, row_begin, row_end, out, n_tokens, d); });
+}
+
+void DevsimBackend::lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,
+                            int64_t rows, int64_t d) {
+  check(x, "lm_head");
+  check(table.data(), "lm_head");
+  check(logits, "lm_head");
+  Backend* in = inner_.get();
+  const DeviceBuffer* tp = &table;
+  enqueue([=] { in->lm_head(x, *tp, logits, m, rows, d); });
+}
+
+void DevsimBackend::add_position_embedding(float* x, const float* table, const int32_t* positions,
+                                           int64_t n_tokens, int64_t d) {
+  check(x, "add_position_embedding");
+  check(table, "add_position_embedding");
+  check(positions, "add_position_embedding");
+  Backend* in = inner_.get();
+  enqueue([=] { in->add_position_embedding(x, table, positions, n_tokens, d); });
+}
+
+void DevsimBackend::gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
+                                int64_t d) {
+  check(src, "gather_rows");
+  check(rows, "gather_rows");
+  check(dst, "gather_rows");
+  Backend* in = inner_.get();
+  enqueue([=] { in->gather_rows(src, rows, dst, n, d); });
+}
+
+void DevsimBackend::kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+                                   void* v_cache) {
+  check(qkv, "kv_cache_write");
+  check(k_cache, "kv_cache_write");
+  check(v_cache, "kv_cache_write");
+  check(args.slot_mapping, "kv_cache_write");
+  Backend* in = inner_.get();
+  enqueue([=] { in->kv_cache_write(args, qkv, k_cache, v_cache); });
+}
+
+void DevsimBackend::paged_attention(const AttentionArgs& args, const float* qkv,
+                                    const void* k_cache, const void* v_cache, float* out) {
+  check(qkv, "paged_attention");
+  check(k_cache, "paged_attention");
+  check(v_cache, "paged_attention");
+  check(out, "paged_attention");
+  check(args.token_offsets, "paged_attention");
+  check(args.context_lens, "paged_attention");
+  check(args.block_tables, "paged_attention");
+  Backend* in = inner_.get();
+  enqueue([=] { in->paged_attention(args, qkv, k_cache, v_cache, out); });
+}
+
+std::unique_ptr<Backend> make_devsim_backend(int n_threads) {
+  return std::make_unique<DevsimBackend>(n_threads);
+}
+
+}  // namespace ltm
