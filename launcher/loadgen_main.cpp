@@ -9,9 +9,19 @@
 // ids below the model's vocab size, read with GetModelInfo) of exactly --prompt-tokens tokens;
 // --ignore-eos is on by default, so each successful call generates max_new_tokens tokens.
 //
+// Open loop (--rate R): instead of `concurrency` threads, calls start at Poisson arrival times
+// (R calls/s on average, seeded by --seed), each on its own thread, whatever is in flight, until
+// --duration-s or --requests; each call's deadline is --deadline (default --timeout-s).
+//
 // Reports: calls by status code, generated tokens/s and requests/s over the run's wall time, time
 // to first token (call start -> first message with a token) and inter-token latency (gap between
 // messages divided by the tokens in the later one), p50/p90/p99/mean in ms. Text, or --json.
+// Goodput: tokens received within the run's window (--duration-s) by calls that completed (OK,
+// hence within their deadline), per second of the window; beside it the window's throughput (all
+// tokens received in it). Calls are also counted as completed, refused (RESOURCE_EXHAUSTED before
+// any token), shed (the same, with "shed" in its message: dropped while waiting), missed after
+// their first token (a token came, then the call failed: mostly DEADLINE_EXCEEDED), and missed
+// before it.
 // Exit codes: 0 the run completed (even with failed calls); 1 the server could not be reached;
 // 2 bad command line.
 #include <grpcpp/grpcpp.h>
@@ -25,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -56,6 +67,8 @@ struct Options {
   uint64_t seed = 1;
   bool json = false;
   std::vector<std::string> adapters;  // LoRA adapters: call thread t uses adapters[t % n] ("" = base)
+  double rate = 0;                     // > 0: open loop, calls/s (Poisson arrivals)
+  double deadline_s = 0;               // > 0: each call's deadline (else timeout_s)
 };
 
 const char* code_name(grpc::StatusCode code) {
@@ -77,6 +90,9 @@ struct Samples {
   std::map<std::string, int64_t> by_code;
   int64_t generated_tokens = 0;
   int64_t ok = 0;
+  // Goodput (see the head of this file).
+  int64_t window_tokens = 0, good_window_tokens = 0;
+  int64_t refused = 0, shed = 0, missed_after_first = 0, missed_before_first = 0, got_first = 0;
 };
 
 struct Summary {
@@ -104,8 +120,9 @@ Summary summarize(std::vector<double> v) {
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const Options& o, int64_t vocab, std::mt19937_64& rng,
-             Samples& out, const std::string& adapter) {
+void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const Options& o,
+             int64_t vocab, std::mt19937_64& rng, Samples& out, const std::string& adapter,
+             Clock::time_point window_end) {
   ltm::v1::GenerateRequest req;
   req.set_adapter(adapter);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
@@ -116,13 +133,14 @@ void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const
   req.set_ignore_eos(!o.stop_at_eos);
 
   grpc::ClientContext ctx;
+  const double deadline_s = o.deadline_s > 0 ? o.deadline_s : o.timeout_s;
   ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::microseconds(static_cast<int64_t>(o.timeout_s * 1e6)));
+                   std::chrono::microseconds(static_cast<int64_t>(deadline_s * 1e6)));
   conn.prepare(ctx);
   const Clock::time_point start = Clock::now();
   Clock::time_point prev = start;
   bool first = true;
-  int64_t tokens = 0;
+  int64_t tokens = 0, in_window = 0;
   std::vector<double> ttft, itl;
   auto reader = stub.GenerateStream(&ctx, req);
   ltm::v1::GenerateResponse msg;
@@ -139,10 +157,24 @@ void run_one(ltm::v1::Generation::Stub& stub, const ltm::Connection& conn, const
     }
     prev = now;
     tokens += k;
+    if (now <= window_end) in_window += k;
   }
   const grpc::Status status = reader->Finish();
   out.by_code[code_name(status.error_code())]++;
-  if (!status.ok()) return;  // only successful calls go into the latency numbers
+  out.window_tokens += in_window;
+  if (tokens > 0) out.got_first++;
+  if (!status.ok()) {  // only successful calls go into the latency numbers
+    if (tokens > 0)
+      out.missed_after_first++;
+    else if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED)
+      out.missed_before_first++;
+    else if (status.error_message().find("shed") != std::string::npos)
+      out.shed++;
+    else
+      out.refused++;
+    return;
+  }
+  out.good_window_tokens += in_window;
   out.ok++;
   out.generated_tokens += tokens;
   out.request_ms.push_back(ms(Clock::now() - start));
@@ -157,7 +189,8 @@ int main(int argc, char** argv) {
   Options o;
   po::options_description desc(
       "Usage: ltm-loadgen --server HOST:PORT [--concurrency C] [--duration-s S] [--requests N]\n"
-      "                   [--prompt-tokens P] [--max-new-tokens M] [--json]\nOptions");
+      "                   [--prompt-tokens P] [--max-new-tokens M] [--rate R] [--deadline S]\n"
+      "                   [--json]\nOptions");
   ltm::ConnectionOptions conn_opts;
   ltm::add_connection_options(desc, &conn_opts);
   desc.add_options()
@@ -178,6 +211,11 @@ int main(int argc, char** argv) {
       ("timeout-s", po::value(&o.timeout_s)->default_value(o.timeout_s), "deadline of each call")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the prompts and sampling")
       ("json", po::bool_switch(&o.json), "print the report as JSON")
+      ("rate", po::value(&o.rate)->default_value(0.0),
+       "open loop: start calls at Poisson arrivals, this many per second on average "
+       "(0: closed loop, --concurrency threads)")
+      ("deadline", po::value(&o.deadline_s)->default_value(0.0),
+       "each call's deadline in seconds (0: --timeout-s)")
       ("adapters", po::value<std::string>(), "LoRA adapters, comma-separated: call thread t names the (t mod n)-th (an empty entry: the base model)");
   try {
     po::variables_map vm;
@@ -191,6 +229,8 @@ int main(int argc, char** argv) {
     if (o.prompt_tokens < 1) throw po::error("--prompt-tokens must be >= 1");
     if (o.max_new_tokens < 1) throw po::error("--max-new-tokens must be >= 1");
     if (!(o.timeout_s > 0)) throw po::error("--timeout-s must be > 0");
+    if (!(o.rate >= 0 && o.rate <= 100000)) throw po::error("--rate must be in [0, 100000]");
+    if (!(o.deadline_s >= 0)) throw po::error("--deadline must be >= 0");
     if (vm.count("adapters")) {
       const std::string list = vm["adapters"].as<std::string>();
       size_t begin = 0;
@@ -233,19 +273,45 @@ int main(int argc, char** argv) {
   const Clock::time_point t0 = Clock::now();
   const Clock::time_point stop_at =
       t0 + std::chrono::microseconds(static_cast<int64_t>(o.duration_s * 1e6));
-  std::vector<Samples> per_thread(static_cast<size_t>(o.concurrency));
+  auto adapter_of = [&](size_t i) {
+    return o.adapters.empty() ? std::string() : o.adapters[i % o.adapters.size()];
+  };
+  std::vector<Samples> per_thread;
   std::vector<std::thread> threads;
-  for (int t = 0; t < o.concurrency; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(t));
-      while (Clock::now() < stop_at) {
-        if (o.requests > 0 && started.fetch_add(1) >= o.requests) break;
-        run_one(*stub, conn, o, vocab, rng, per_thread[static_cast<size_t>(t)],
-                o.adapters.empty() ? std::string() : o.adapters[static_cast<size_t>(t) % o.adapters.size()]);
-      }
-    });
+  if (o.rate > 0) {
+    // Open loop: one thread per call, started at its arrival time whatever is in flight.
+    std::mt19937_64 arrivals(o.seed);
+    std::exponential_distribution<double> gap(o.rate);
+    std::deque<Samples> per_call;  // stable addresses as it grows
+    Clock::time_point at = t0;
+    for (int64_t i = 0; o.requests == 0 || i < o.requests; ++i) {
+      at += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(gap(arrivals)));
+      if (at >= stop_at) break;
+      std::this_thread::sleep_until(at);
+      Samples* out = &per_call.emplace_back();
+      const uint64_t call_seed = o.seed * 1000003u + static_cast<uint64_t>(i);
+      threads.emplace_back([&, out, call_seed, i] {
+        std::mt19937_64 rng(call_seed);
+        run_one(*stub, conn, o, vocab, rng, *out, adapter_of(static_cast<size_t>(i)), stop_at);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    per_thread.assign(per_call.begin(), per_call.end());
+  } else {
+    per_thread.resize(static_cast<size_t>(o.concurrency));
+    for (int t = 0; t < o.concurrency; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(t));
+        while (Clock::now() < stop_at) {
+          if (o.requests > 0 && started.fetch_add(1) >= o.requests) break;
+          run_one(*stub, conn, o, vocab, rng, per_thread[static_cast<size_t>(t)],
+                  adapter_of(static_cast<size_t>(t)), stop_at);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
   }
-  for (std::thread& t : threads) t.join();
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   Samples all;
@@ -256,7 +322,20 @@ int main(int argc, char** argv) {
     for (auto& [code, n] : s.by_code) all.by_code[code] += n;
     all.generated_tokens += s.generated_tokens;
     all.ok += s.ok;
+    all.window_tokens += s.window_tokens;
+    all.good_window_tokens += s.good_window_tokens;
+    all.refused += s.refused;
+    all.shed += s.shed;
+    all.missed_after_first += s.missed_after_first;
+    all.missed_before_first += s.missed_before_first;
+    all.got_first += s.got_first;
   }
+  // The window: --duration-s, or until the last call started when --requests ended it sooner.
+  const double window_s = std::min(o.duration_s, wall_s);
+  const double goodput = static_cast<double>(all.good_window_tokens) / window_s;
+  const double window_tokens_per_s = static_cast<double>(all.window_tokens) / window_s;
+  const double missed_after_first_frac =
+      all.got_first > 0 ? static_cast<double>(all.missed_after_first) / all.got_first : 0.0;
   int64_t total = 0;
   for (auto& [code, n] : all.by_code) total += n;
   const Summary ttft = summarize(all.ttft_ms), itl = summarize(all.itl_ms),
@@ -285,6 +364,19 @@ int main(int argc, char** argv) {
         {"time_to_first_token_ms", js(ttft)},
         {"inter_token_latency_ms", js(itl)},
         {"request_latency_ms", js(latency)},
+        {"mode", o.rate > 0 ? "open" : "closed"},
+        {"rate", o.rate},
+        {"deadline_s", o.deadline_s > 0 ? o.deadline_s : o.timeout_s},
+        {"window_s", window_s},
+        {"window_tokens_per_s", window_tokens_per_s},
+        {"goodput_tokens_per_s", goodput},
+        {"calls_completed", all.ok},
+        {"calls_refused", all.refused},
+        {"calls_shed", all.shed},
+        {"calls_missed_after_first_token", all.missed_after_first},
+        {"calls_missed_before_first_token", all.missed_before_first},
+        {"calls_with_first_token", all.got_first},
+        {"missed_after_first_token_fraction", missed_after_first_frac},
     };
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -298,6 +390,14 @@ int main(int argc, char** argv) {
     if (code != "OK") std::printf(", %s %lld", code.c_str(), static_cast<long long>(n));
   std::printf("\nthroughput: %.1f generated tokens/s, %.2f requests/s\n", tokens_per_s,
               requests_per_s);
+  std::printf("goodput: %.1f tokens/s of completed calls in the %.1f s window (all tokens in it: "
+              "%.1f/s); calls: %lld completed, %lld refused, %lld shed, %lld missed after their "
+              "first token (%.1f%% of %lld that got one), %lld missed before\n",
+              goodput, window_s, window_tokens_per_s, static_cast<long long>(all.ok),
+              static_cast<long long>(all.refused), static_cast<long long>(all.shed),
+              static_cast<long long>(all.missed_after_first), 100 * missed_after_first_frac,
+              static_cast<long long>(all.got_first),
+              static_cast<long long>(all.missed_before_first));
   auto line = [](const char* name, const Summary& s) {
     std::printf("%-28s p50 %8.2f  p90 %8.2f  p99 %8.2f  mean %8.2f  (n=%zu)\n", name, s.p50,
                 s.p90, s.p99, s.mean, s.n);

@@ -68,6 +68,8 @@ po::options_description describe(WorkerOptions* o) {
   serve.add_options()
       ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")
       ("max-queue", po::value(&o->max_queue)->default_value(256), "waiting requests before RESOURCE_EXHAUSTED")
+      ("admission", po::value(&o->admission)->default_value("deadline"), "deadline: refuse (429 / RESOURCE_EXHAUSTED with a Retry-After) or shed a request the server projects cannot meet its deadline, and spare such requests from preemption; off: admit every request while the queue has room")
+      ("request-timeout", po::value(&o->request_timeout_s)->default_value(0.0), "seconds: the deadline of a request that comes without one (an HTTP body without \"timeout\", a gRPC call without a deadline); 0: none")
       ("drain-timeout", po::value(&o->drain_timeout_s)->default_value(30.0), "seconds SIGTERM waits for running requests")
       ("keepalive-s", po::value(&o->keepalive_s)->default_value(10.0), "serving: seconds between keep-alive plans while idle; the other ranks take the group down when rank 0 sends nothing for --collective-timeout + 3 x this")
       ("max-message-bytes", po::value(&o->max_message_bytes)->default_value(0), "largest request message in bytes (0: the largest valid request for the model's context)")
@@ -189,6 +191,10 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->max_batch_tokens < 1) return fail("--max-batch-tokens must be at least 1");
   if (o->max_running < 1) return fail("--max-running must be at least 1");
   if (o->max_queue < 1) return fail("--max-queue must be at least 1");
+  if (o->admission != "deadline" && o->admission != "off")
+    return fail(absl::StrCat("--admission must be deadline or off, not '", o->admission, "'"));
+  if (!(o->request_timeout_s >= 0 && o->request_timeout_s <= 86400))
+    return fail("--request-timeout must be in [0, 86400] seconds (0: none)");
   if (o->micro_batches < 0) return fail("--micro-batches must be >= 0");
   if (o->prefix_cache != "on" && o->prefix_cache != "off")
     return fail(absl::StrCat("--prefix-cache must be on or off, not '", o->prefix_cache, "'"));

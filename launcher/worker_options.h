@@ -54,6 +54,8 @@ struct WorkerOptions {
   // Serving
   std::string listen;           // ADDR:PORT; empty = one-shot
   int32_t max_queue = 256;
+  std::string admission = "deadline";  // deadline | off (runtime/sched/admission.h)
+  double request_timeout_s = 0;        // deadline of requests that come without one; 0: none
   double drain_timeout_s = 30;
   double keepalive_s = 10;     // serving: rank 0 idle this long sends a keep-alive plan
   int64_t max_message_bytes = 0;  // 0: the largest valid request (GrpcServerOptions)

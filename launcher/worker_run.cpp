@@ -209,6 +209,8 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   sopts.prefix_cache = o.prefix_cache == "on";
   const std::string kv_name = precision_name(rs.kv_precision);
   sopts.cache_salt = hash_bytes(kv_name.data(), kv_name.size());
+  sopts.admission = o.admission == "deadline";
+  sopts.request_timeout_s = o.request_timeout_s;
   Scheduler scheduler(*rs.engine, &tokenizer, config, rs.n_blocks, o.block_size, sopts);
   if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
     std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());

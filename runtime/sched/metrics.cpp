@@ -177,6 +177,18 @@ std::string ServeMetrics::render() const {
                       outcome_name(static_cast<Outcome>(o)), "\"} ",
                       requests_[d][o].load(std::memory_order_relaxed), "\n");
 
+  header(out, "ltm_requests_refused_total", "counter",
+         "Generation requests refused at submission (429 / RESOURCE_EXHAUSTED), by reason.");
+  const char* refuse_reasons[kNumRefuseReasons] = {"deadline", "queue_full"};
+  for (int r = 0; r < kNumRefuseReasons; ++r)
+    absl::StrAppend(&out, "ltm_requests_refused_total{reason=\"", refuse_reasons[r], "\"} ",
+                    refused_[r].load(std::memory_order_relaxed), "\n");
+  header(out, "ltm_requests_shed_total", "counter",
+         "Waiting requests dropped before they cost compute (429 / RESOURCE_EXHAUSTED), by reason.");
+  absl::StrAppend(&out, "ltm_requests_shed_total{reason=\"deadline\"} ",
+                  shed_[static_cast<int>(ShedReason::kDeadline)].load(std::memory_order_relaxed),
+                  "\n");
+
   scalar(out, "ltm_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
          static_cast<double>(prompt_tokens_.load()));
   scalar(out, "ltm_generation_tokens_total", "counter", "Tokens generated.",

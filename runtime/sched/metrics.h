@@ -8,6 +8,8 @@
 // Names (all prefixed ltm_):
 //   requests_total{front_door="grpc|http",outcome=...}   counter
 //     outcome: ok | invalid | unauthenticated | queue_full | unavailable | cancelled | error
+//   requests_refused_total{reason="deadline|queue_full"}  counter: refused at submission
+//   requests_shed_total{reason="deadline"}                counter: dropped while waiting
 //   prompt_tokens_total, generation_tokens_total          counters
 //   preemptions_total, steps_total                         counters (from the stats callback)
 //   prefix_cache_query_tokens_total, prefix_cache_hit_tokens_total   counters (stats callback)
@@ -47,6 +49,12 @@ inline constexpr int kNumOutcomes = 7;
 const char* outcome_name(Outcome o);
 // The outcome a request that ended with this status code counts as.
 Outcome outcome_of(absl::StatusCode code);
+
+// Why the scheduler refused a request at submission, or shed a waiting one before it cost compute.
+enum class RefuseReason { kDeadline = 0, kQueueFull };
+inline constexpr int kNumRefuseReasons = 2;
+enum class ShedReason { kDeadline = 0 };
+inline constexpr int kNumShedReasons = 1;
 
 // Cumulative histogram with fixed upper bounds (the +Inf bucket is implicit).
 class Histogram {
@@ -95,6 +103,12 @@ class ServeMetrics {
 
   void count_request(FrontDoor door, Outcome outcome);
   uint64_t requests(FrontDoor door, Outcome outcome) const;
+  void count_refused(RefuseReason r) {
+    refused_[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
+  void count_shed(ShedReason r) { shed_[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t refused(RefuseReason r) const { return refused_[static_cast<int>(r)].load(); }
+  uint64_t shed(ShedReason r) const { return shed_[static_cast<int>(r)].load(); }
 
   // From the scheduler's step thread.
   void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
@@ -114,6 +128,8 @@ class ServeMetrics {
 
  private:
   std::array<std::array<std::atomic<uint64_t>, kNumOutcomes>, 2> requests_{};
+  std::array<std::atomic<uint64_t>, kNumRefuseReasons> refused_{};
+  std::array<std::atomic<uint64_t>, kNumShedReasons> shed_{};
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generation_tokens_{0};
   Histogram ttft_, itl_, e2e_, step_, allreduce_;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <span>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -40,6 +43,10 @@ struct Scheduler::Sequence {
   // This step's share (filled while planning).
   int32_t chunk = 0;
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+  SeqLoad load() const {
+    return {static_cast<int32_t>(tokens.size()) - n_computed,
+            std::max(1, req.max_new_tokens - generated())};
+  }
 };
 
 Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
@@ -58,6 +65,9 @@ Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const Model
 Scheduler::~Scheduler() = default;
 
 absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event) {
+  if (request.deadline == Clock::time_point::max() && options_.request_timeout_s > 0)
+    request.deadline = now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options_.request_timeout_s));
   const int64_t total = static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens;
   const int64_t cache_tokens = static_cast<int64_t>(blocks_.n_total()) * block_size_;
   if (total > cache_tokens)
@@ -74,13 +84,63 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
   seq->stop = std::make_unique<StopMatcher>(request.stop);
   seq->req = std::move(request);
   seq->on_event = std::move(on_event);
-  seq->t_submit = Clock::now();
+  seq->t_submit = now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("server is draining; not taking new requests");
-    if (stats_.queue_depth >= options_.max_queue)
+    if (stats_.queue_depth >= options_.max_queue) {
+      if (options_.metrics) options_.metrics->count_refused(RefuseReason::kQueueFull);
       return absl::ResourceExhaustedError(
           absl::StrCat("queue is full (", options_.max_queue, " requests waiting); retry later"));
+    }
+    if (options_.admission && seq->req.deadline != Clock::time_point::max()) {
+      // When would it finish, queued behind everything waiting, and would the others still
+      // meet their deadlines?
+      auto in_s = [&](Clock::time_point d) {
+        return d == Clock::time_point::max()
+                   ? std::numeric_limits<double>::infinity()
+                   : std::chrono::duration<double>(d - seq->t_submit).count();
+      };
+      std::vector<SeqLoad> waiting = published_waiting_;
+      std::vector<double> running_in, waiting_in;
+      for (const auto& d : published_running_deadline_) running_in.push_back(in_s(d));
+      for (const auto& d : published_waiting_deadline_) waiting_in.push_back(in_s(d));
+      for (const auto& s : incoming_) {
+        waiting.push_back(s->load());
+        waiting_in.push_back(in_s(s->req.deadline));
+      }
+      const Projection without =
+          project(published_cost_, published_running_, waiting, projection_limits());
+      waiting.push_back(seq->load());
+      const Projection with =
+          project(published_cost_, published_running_, waiting, projection_limits());
+      const double finish_s = with.waiting_s.back();
+      const double deadline_in_s = in_s(seq->req.deadline);
+      AdmissionVerdict v = decide_admission(published_cost_.ready(), finish_s, deadline_in_s,
+                                            options_.admission_fill);
+      std::string why;
+      if (!v.admit) {
+        why = absl::StrFormat("this request would finish in about %.1f s (%d requests ahead of "
+                              "it), after its deadline in %.1f s",
+                              finish_s, static_cast<int>(waiting.size() - 1), deadline_in_s);
+      } else if (published_cost_.ready()) {
+        const double harm = harm_to_others(without, with, running_in, waiting_in);
+        if (harm > 0) {
+          v.admit = false;
+          v.retry_after_s = std::max(1.0, std::ceil(harm));
+          why = absl::StrFormat("admitted, this request would make admitted ones miss their "
+                                "deadlines (by up to %.1f s)",
+                                harm);
+        }
+      }
+      if (!v.admit) {
+        if (options_.metrics) options_.metrics->count_refused(RefuseReason::kDeadline);
+        return with_retry_after(
+            absl::ResourceExhaustedError(absl::StrFormat("deadline: %s; retry after %.0f s", why,
+                                                         v.retry_after_s)),
+            v.retry_after_s);
+      }
+    }
     const bool merged = std::any_of(merged_.begin(), merged_.end(),
                                     [&](const AdapterStatus& m) { return m.name == seq->req.adapter; });
     if (!seq->req.adapter.empty() && !merged) {  // the merged adapter is the weights themselves
@@ -143,7 +203,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   ev.status = std::move(status);
   ev.prompt_tokens = seq->n_prompt;
   ev.completion_tokens = seq->generated();
-  const auto now = Clock::now();
+  const auto now = this->now();
   ev.total_time_s = std::chrono::duration<double>(now - seq->t_submit).count();
   if (seq->generated() > 0)
     ev.time_to_first_token_s =
@@ -172,7 +232,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
 }
 
 void Scheduler::reap_cancelled() {
-  const auto now = Clock::now();
+  const auto now = this->now();
   // A sequence in flight is reaped once its plan is back (its samples must be matched first).
   auto dead = [&](const Sequence& s) {
     return !s.busy && (s.req.cancel->cancelled.load(std::memory_order_relaxed) ||
@@ -253,6 +313,8 @@ struct Scheduler::InFlightPlan {
   std::vector<Sequence*> batch;
   std::vector<Row> rows;  // one per logit row
   bool want_logits = false;
+  int32_t tokens = 0;  // computed by the plan
+  Clock::time_point t_submit;
 };
 
 bool Scheduler::step() {
@@ -261,6 +323,7 @@ bool Scheduler::step() {
   take_incoming();
   run_adapter_ops();
   reap_cancelled();
+  if (options_.admission) shed_unreachable();
   const bool submitted = submit_plan();
   const int in_flight = engine_.in_flight();
   const bool collected = in_flight > 0 && (!submitted || in_flight >= options_.micro_batches ||
@@ -269,8 +332,15 @@ bool Scheduler::step() {
     StepOutput out = engine_.collect();
     std::unique_ptr<InFlightPlan> plan = std::move(in_flight_.front());
     in_flight_.pop_front();
+    // The plan's service time: since it went out, or since the previous one came back when it
+    // waited behind that one (micro-batches).
+    const Clock::time_point now = this->now();
+    cost_.observe(plan->tokens, std::chrono::duration<double>(
+                                    now - std::max(plan->t_submit, last_collect_)).count());
+    last_collect_ = now;
     process_results(*plan, out);
   }
+  if (options_.admission) publish_loads();
   if (options_.metrics && (submitted || collected))
     options_.metrics->observe_step(std::chrono::duration<double>(Clock::now() - t0).count(),
                                    engine_.allreduce_seconds() - allreduce0);
@@ -292,9 +362,11 @@ bool Scheduler::submit_plan() {
       1, (active + options_.micro_batches - 1) / std::max(1, options_.micro_batches));
   int32_t budget = options_.max_batch_tokens;
   auto plan = std::make_unique<InFlightPlan>();
+  plan->t_submit = now();
   std::vector<Sequence*>& batch = plan->batch;
   // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
-  // newest one that is neither in flight nor in this batch (possibly this very sequence).
+  // newest one that is not in flight (possibly this very sequence), or with deadline-aware
+  // admission one that keeps its deadline when the newest would not (pick_victim).
   for (auto it = running_.begin();
        it != running_.end() && budget > 0 && static_cast<int64_t>(batch.size()) < max_seqs;) {
     Sequence* seq = it->get();
@@ -308,9 +380,13 @@ bool Scheduler::submit_plan() {
                          static_cast<int32_t>(seq->blocks.size());
     bool self_preempted = false;
     while (need > blocks_.n_free()) {
-      auto victim = std::prev(running_.end());
-      while (victim->get() != seq && (*victim)->busy) --victim;
-      if (victim->get() == seq) self_preempted = true;
+      auto victim = pick_victim(it);
+      if (victim->get() == seq) {
+        self_preempted = true;
+      } else if (auto in = std::find(batch.begin(), batch.end(), victim->get()); in != batch.end()) {
+        budget += (*in)->chunk;  // an older sequence of this plan yields (deadline-aware only)
+        batch.erase(in);
+      }
       preempt(victim->get());
       waiting_.push_front(std::move(*victim));
       if (self_preempted) {
@@ -400,6 +476,7 @@ bool Scheduler::submit_plan() {
     }
   }
   plan->want_logits = step.want_logits;
+  plan->tokens = in.n_tokens();
 
   // 4. Run it on every rank (rank 0's stage now, the later stages while we plan the next one).
   engine_.submit(step);
@@ -460,7 +537,7 @@ void Scheduler::fail_row(Sequence* seq, RowError why) {
 
 void Scheduler::on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits,
                          const RowLogprobs* logprobs) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = this->now();
   if (seq->generated() == 0) seq->t_first_token = now;
   if (options_.metrics) {
     if (seq->generated() == 0)
@@ -705,6 +782,96 @@ void Scheduler::fail_adapter_ops(const absl::Status& why) {
   for (AdapterOp& op : ops) op.done(why);
   for (AdapterOp& op : unloads_) op.done(why);
   unloads_.clear();
+}
+
+// ---- deadline-aware admission (runtime/sched/admission.h) -----------------------------------
+
+ProjectionLimits Scheduler::projection_limits() const {
+  return {options_.max_running, options_.max_batch_tokens};
+}
+
+void Scheduler::shed_unreachable() {
+  if (waiting_.empty() || !cost_.ready()) return;
+  const Clock::time_point now = this->now();
+  std::vector<SeqLoad> running, waiting;
+  std::vector<double> deadline_in_s;
+  for (const auto& s : running_) running.push_back(s->load());
+  for (const auto& s : waiting_) {
+    waiting.push_back(s->load());
+    deadline_in_s.push_back(s->req.deadline == Clock::time_point::max()
+                                ? std::numeric_limits<double>::infinity()
+                                : std::chrono::duration<double>(s->req.deadline - now).count());
+  }
+  // A few at a time: the rest, if any, at the next step.
+  const std::vector<ShedChoice> shed =
+      choose_shed(cost_, running, waiting, deadline_in_s, projection_limits(), 1.0, 16);
+  for (auto c = shed.rbegin(); c != shed.rend(); ++c) {  // from the back: indices stay valid
+    auto it = waiting_.begin() + static_cast<std::ptrdiff_t>(c->index);
+    const double retry_after_s = std::max(1.0, std::ceil(c->finish_s - deadline_in_s[c->index]));
+    if (options_.metrics) options_.metrics->count_shed(ShedReason::kDeadline);
+    finish(it->get(), FinishReason::kCancelled,
+           with_retry_after(absl::ResourceExhaustedError(absl::StrFormat(
+                                "deadline: shed while waiting: it would finish in about %.1f s, "
+                                "after its deadline in %.1f s; retry after %.0f s",
+                                c->finish_s, deadline_in_s[c->index], retry_after_s)),
+                            retry_after_s));
+    waiting_.erase(it);
+  }
+}
+
+std::list<std::unique_ptr<Scheduler::Sequence>>::iterator Scheduler::pick_victim(
+    std::list<std::unique_ptr<Sequence>>::iterator from) {
+  // Not in flight: `from`, the newer ones, and the older ones already in this plan (they hold
+  // blocks for it and can still yield them).
+  std::vector<std::list<std::unique_ptr<Sequence>>::iterator> candidates;
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if (it == from || !(*it)->busy) candidates.push_back(it);
+  const bool aware = options_.admission && cost_.ready() && candidates.size() > 1;
+  std::vector<VictimCandidate> costs(candidates.size());
+  if (aware) {
+    std::vector<SeqLoad> running, waiting;
+    for (const auto& s : running_) running.push_back(s->load());
+    for (const auto& s : waiting_) waiting.push_back(s->load());
+    const Projection p = project(cost_, running, waiting, projection_limits());
+    const Clock::time_point now = this->now();
+    size_t index = 0, c = 0;
+    for (auto it = running_.begin(); it != running_.end() && c < candidates.size(); ++it, ++index) {
+      if (it != candidates[c]) continue;
+      const Sequence& s = **it;
+      if (s.req.deadline != Clock::time_point::max())
+        costs[c].slack_s =
+            std::chrono::duration<double>(s.req.deadline - now).count() - p.running_s[index];
+      // Preempted, it waits (first in line) until blocks free up, at the earliest when another
+      // running sequence ends, then recomputes its tokens.
+      double wait_s = std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < p.running_s.size(); ++j)
+        if (j != index) wait_s = std::min(wait_s, p.running_s[j]);
+      if (std::isinf(wait_s)) wait_s = 0;
+      costs[c].recompute_s =
+          wait_s + cost_.step_seconds(static_cast<int32_t>(s.tokens.size()));
+      ++c;
+    }
+  }
+  return candidates[choose_victim(costs, aware)];
+}
+
+void Scheduler::publish_loads() {
+  std::vector<SeqLoad> running, waiting;
+  std::vector<Clock::time_point> running_deadline, waiting_deadline;
+  for (const auto& s : running_) {
+    running.push_back(s->load());
+    running_deadline.push_back(s->req.deadline);
+  }
+  for (const auto& s : waiting_) {
+    waiting.push_back(s->load());
+    waiting_deadline.push_back(s->req.deadline);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  published_cost_ = cost_;
+  published_running_.swap(running);
+  published_waiting_.swap(waiting);
+  published_running_deadline_.swap(running_deadline);
+  published_waiting_deadline_.swap(waiting_deadline);
 }
 
 }  // namespace ltm

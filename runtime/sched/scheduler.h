@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 
 #include "runtime/engine/step_engine.h"
 #include "runtime/model/kv_cache.h"
+#include "runtime/sched/admission.h"
 #include "runtime/sched/adapters.h"
 #include "runtime/sched/block_allocator.h"
 #include "runtime/sched/metrics.h"
@@ -48,6 +50,17 @@ struct SchedulerOptions {
   // process (the KV dtype), mixed into every chain's root.
   bool prefix_cache = true;
   uint64_t cache_salt = 0;
+  // Deadline-aware admission (runtime/sched/admission.h): a request whose projected finish is
+  // not within `admission_fill` of the time to its deadline is refused at submit()
+  // (ResourceExhausted with a Retry-After) or, once waiting, shed; preemption spares sequences
+  // that would miss their deadline. Off: everything is admitted as before (a deadline still
+  // ends its request).
+  bool admission = true;
+  double admission_fill = 0.9;
+  double request_timeout_s = 0;  // the deadline of a request that comes without one (<= 0: none)
+  // The clock of deadlines, latencies and step times (not of the drain deadline or keep-alives);
+  // empty: steady_clock::now. Tests drive a fake one.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 struct SchedulerStats {
@@ -114,6 +127,18 @@ class Scheduler final : public RequestSink {
   // its context does not fit the blocks free.
   bool admit_blocks(Sequence* seq);
   void register_full_blocks(Sequence* seq);  // its newly computed full blocks, into the cache
+  // Deadline-aware admission (step thread): sheds waiting requests that cannot meet their
+  // deadline; picks the preemption victim among the running sequences not in flight (`from`, the
+  // one being scheduled, included): the newest, as ever, unless that one would then miss its
+  // deadline and another would not; publishes the loads submit() projects over.
+  void shed_unreachable();
+  std::list<std::unique_ptr<Sequence>>::iterator pick_victim(
+      std::list<std::unique_ptr<Sequence>>::iterator from);
+  void publish_loads();
+  ProjectionLimits projection_limits() const;
+  std::chrono::steady_clock::time_point now() const {
+    return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
+  }
   void finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void emit(Sequence* seq, GenerationEvent event);
   void on_token(Sequence* seq, const SampleResult& sample, std::vector<float>* logits_row,
@@ -153,6 +178,13 @@ class Scheduler final : public RequestSink {
   std::list<std::unique_ptr<Sequence>> running_;  // in admission order
   std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
   uint64_t next_seq_id_ = 1;
+  StepCostModel cost_;                  // step times as measured
+  std::chrono::steady_clock::time_point last_collect_{};     // when the previous plan's samples came back
+  // What submit() projects over (guarded by mu_): the step thread's copy after each step.
+  StepCostModel published_cost_;
+  std::vector<SeqLoad> published_running_, published_waiting_;
+  std::vector<std::chrono::steady_clock::time_point> published_running_deadline_,
+      published_waiting_deadline_;
   std::vector<AdapterOp> unloads_;  // step thread: unloads waiting for their requests
 };
 

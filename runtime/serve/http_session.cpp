@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "runtime/sched/admission.h"
 #include "runtime/serve/auth.h"
 #include "runtime/serve/front_door.h"
 #include "runtime/serve/grpc_server.h"  // max_request_bytes
@@ -371,7 +372,8 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       StringResponse res = error_response(e);
       if (e.http_status == 429)
-        res.set(http::field::retry_after, std::to_string(state_->options.retry_after_s));
+        res.set(http::field::retry_after,
+                std::to_string(retry_after_of(s).value_or(state_->options.retry_after_s)));
       return write(std::move(res));
     }
     state_->active.fetch_add(1);
@@ -535,7 +537,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (outcome != Outcome::kOk) {
       ApiError e = final_error(piece);
       end_generation(outcome, true, /*answered=*/false);
-      return send_error(e);
+      StringResponse res = error_response(e);
+      if (e.http_status == 429)  // shed while waiting (runtime/sched/admission.h)
+        res.set(http::field::retry_after,
+                std::to_string(retry_after_of(piece.status).value_or(state_->options.retry_after_s)));
+      return write(std::move(res));
     }
     StringResponse res(http::status::ok, version_);
     res.set(http::field::content_type, "application/json");

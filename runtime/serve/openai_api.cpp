@@ -1,6 +1,7 @@
 #include "runtime/serve/openai_api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -247,6 +248,14 @@ std::optional<ApiError> get_model(const body_json& j, const CompletionContext& c
 }
 
 // The fields completions and chat completions share: sampling, stop, n, stream, user, ...
+// The `timeout` field: the request's deadline, from now.
+void set_deadline(const CompletionParams& params, GenerationRequest& r) {
+  if (params.timeout_s > 0)
+    r.deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(params.timeout_s));
+}
+
 std::optional<ApiError> get_common(const body_json& j, v1::GenerateRequest& p,
                                    CompletionParams& params) {
   std::optional<int64_t> i;
@@ -311,6 +320,12 @@ std::optional<ApiError> get_common(const body_json& j, v1::GenerateRequest& p,
     if (!u->is_string()) return wrong_type("user", "a string", *u);
     params.user = u->get<std::string>().substr(0, 256);
   }
+  std::optional<double> timeout_s;
+  if (auto e = get_number(j, "timeout", &timeout_s)) return e;
+  if (timeout_s && !(*timeout_s > 0 && *timeout_s <= 86400))
+    return bad(absl::StrFormat("timeout must be in (0, 86400] seconds, got %g", *timeout_s),
+               "timeout");
+  if (timeout_s) params.timeout_s = *timeout_s;
   if (const body_json* lb = field(j, "logit_bias")) {
     if (!lb->is_object()) return wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty())
@@ -439,6 +454,7 @@ std::optional<ApiError> parse_completion(std::string_view body, const Completion
     r->score_prompt = params.echo;
   }
   if (ctx.chat != nullptr) add_end_ids(*r, ctx.chat->generation_eos_ids());
+  set_deadline(params, *r);
   if (params.echo)
     params.prompt_text = p.has_prompt() ? p.prompt() : ctx.tokenizer->decode(r->prompt_ids);
   out->request = std::move(*r);
@@ -520,6 +536,7 @@ std::optional<ApiError> parse_chat_completion(std::string_view body, const Compl
   }
   if (params.logprobs >= 0) r->logprob_alternatives = params.logprobs;
   add_end_ids(*r, ctx.chat->chat_end_ids());
+  set_deadline(params, *r);
   out->request = std::move(*r);
   out->params = std::move(params);
   return std::nullopt;

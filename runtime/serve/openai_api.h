@@ -21,6 +21,10 @@
 //                    supported; repetition_penalty, a number > 0, is the penalty ltm has)
 //   user             string, recorded in the log only
 //   ignore_eos       boolean (an extension, as vLLM has it)
+//   timeout          number of seconds in (0, 86400] (an extension): the request's deadline.
+//                    One the server projects it cannot meet is refused at once (429 with a
+//                    Retry-After) or shed while it waits (429); one that runs past it ends (408).
+//                    Without it, the server's --request-timeout (if any) applies.
 //   logit_bias (empty only), suffix (null only); other fields are ignored.
 //
 // Chat completions (POST /v1/chat/completions, parse_chat_completion) take the same fields but
@@ -101,6 +105,7 @@ struct CompletionParams {
   bool echo = false;
   int32_t logprobs = -1;  // -1: none; else alternatives per token
   std::string user;
+  double timeout_s = 0;  // `timeout`: the request's deadline in seconds from now (0: none)
   std::string prompt_text;  // echo: the prompt as given (or decoded from its ids)
 };
 

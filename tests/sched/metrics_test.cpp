@@ -59,6 +59,9 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   m.count_request(FrontDoor::kHttp, Outcome::kOk);
   m.count_request(FrontDoor::kHttp, Outcome::kOk);
   m.count_request(FrontDoor::kGrpc, Outcome::kQueueFull);
+  m.count_refused(RefuseReason::kDeadline);
+  m.count_refused(RefuseReason::kDeadline);
+  m.count_shed(ShedReason::kDeadline);
   m.add_prompt_tokens(10);
   m.add_generation_tokens(4);
   m.observe_time_to_first_token(0.003);
@@ -75,6 +78,9 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   EXPECT_EQ(s.at(R"(ltm_requests_total{front_door="http",outcome="ok"})"), 2);
   EXPECT_EQ(s.at(R"(ltm_requests_total{front_door="grpc",outcome="queue_full"})"), 1);
   EXPECT_EQ(s.at(R"(ltm_requests_total{front_door="grpc",outcome="ok"})"), 0);  // present at 0
+  EXPECT_EQ(s.at(R"(ltm_requests_refused_total{reason="deadline"})"), 2);
+  EXPECT_EQ(s.at(R"(ltm_requests_refused_total{reason="queue_full"})"), 0);
+  EXPECT_EQ(s.at(R"(ltm_requests_shed_total{reason="deadline"})"), 1);
   EXPECT_EQ(s.at("ltm_prompt_tokens_total"), 10);
   EXPECT_EQ(s.at("ltm_generation_tokens_total"), 4);
   EXPECT_EQ(s.at("ltm_preemptions_total"), 7);
@@ -100,6 +106,7 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   // Every family has HELP then TYPE, once, before its samples.
   for (const char* family :
        {"ltm_build_info gauge", "ltm_requests_total counter", "ltm_prompt_tokens_total counter",
+        "ltm_requests_refused_total counter", "ltm_requests_shed_total counter",
         "ltm_generation_tokens_total counter", "ltm_preemptions_total counter",
         "ltm_queue_depth gauge", "ltm_running_sequences gauge", "ltm_kv_blocks_used gauge",
         "ltm_kv_blocks_total gauge", "ltm_kv_blocks_cached gauge",
