@@ -6,13 +6,29 @@
 #   check_find_nccl.sh SOURCE_DIR [real NCCL include dir] [real NCCL library]
 set -euo pipefail
 src=$1
-# The real NCCL's folders, under every name they go by (/usr/local/cuda/lib64 -> lib, ...).
-hide=""
+# The real NCCL's folders, under every name they go by: the folders of the arguments and of every
+# nccl.h / libnccl.so* under the usual roots, and each alias of one of those folders among the CUDA
+# toolkits' include/lib/lib64/targets folders (/usr/local/cuda/lib64 -> lib, /usr/local/cuda ->
+# cuda-13.0, ...). CMAKE_IGNORE_PATH matches folder names exactly, so every alias must be listed.
+dirs=()
 for d in "${2:-}" "$(dirname "${3:-/nonexistent/x}")"; do
-  [ -n "$d" ] && [ -d "$d" ] || continue
-  for p in "$(dirname "$d")" "$(dirname "$(realpath "$d")")"; do
-    hide="$hide;$p/include;$p/lib;$p/lib64;$p/targets/x86_64-linux/include"
-    hide="$hide;$p/targets/x86_64-linux/lib;$d;$(realpath "$d")"
+  [ -n "$d" ] && [ -d "$d" ] && dirs+=("$d")
+done
+while IFS= read -r f; do
+  dirs+=("$(dirname "$f")")
+done < <(find /usr/local /usr/include /usr/lib /usr/lib64 /opt -maxdepth 6            \( -name nccl.h -o -name 'libnccl.so*' \) 2>/dev/null || true)
+aliases=()
+for c in /usr/local/cuda* /usr/local/cuda*/targets/*-linux /usr /usr/local /opt/*; do
+  for s in include lib lib64 lib/x86_64-linux-gnu; do
+    [ -d "$c/$s" ] && aliases+=("$c/$s")
+  done
+done
+hide=""
+for d in "${dirs[@]}"; do
+  r=$(realpath "$d")
+  hide="$hide;$d;$r"
+  for a in "${aliases[@]}"; do
+    [ "$(realpath "$a")" = "$r" ] && hide="$hide;$a"
   done
 done
 tmp=$(mktemp -d)
