@@ -139,6 +139,63 @@ for i, text in enumerate(["Hello, world!", "Grüße aus Köln — naïve café �
     out("tokenizer_fuzz", f"text{i}", text.encode())
 out("tokenizer_fuzz", "invalid-utf8", b"ab\xff\xfe\xc3(\xed\xa0\x80z")
 
+# tokenizer_json_fuzz: a small tokenizer.json, a NUL, a text. Byte-level (GPT-2's alphabet: bytes
+# '!'..'~', 0xA1..0xAC, 0xAE..0xFF as themselves, the others from U+0100 in order) with a Llama-3
+# style Split, and SentencePiece-style with byte fallback.
+_printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
+_spell, _extra = {}, 0
+for _b in range(256):
+    if _b in _printable:
+        _spell[_b] = chr(_b)
+    else:
+        _spell[_b] = chr(0x100 + _extra)
+        _extra += 1
+_bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+_vocab = {_spell[b]: b for b in range(256)}
+_vocab.update({"he": 256, "ll": 257, "hell": 258, "\u0120w": 259})
+byte_level_json = {
+    "added_tokens": [{"id": 260, "content": "<|bos|>", "special": True, "normalized": False},
+                     {"id": 261, "content": "[M]", "lstrip": True, "rstrip": True}],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                                               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+         "behavior": "Isolated", "invert": False}, _bl]},
+    "post_processor": {"type": "TemplateProcessing",
+                       "single": [{"SpecialToken": {"id": "<|bos|>"}}, {"Sequence": {"id": "A"}}],
+                       "special_tokens": {"<|bos|>": {"id": "<|bos|>", "ids": [260]}}},
+    "decoder": _bl,
+    "model": {"type": "BPE", "ignore_merges": True, "vocab": _vocab,
+              "merges": ["h e", "l l", ["he", "ll"], "\u0120 w"]}}
+out("tokenizer_json_fuzz", "byte-level",
+    json.dumps(byte_level_json).encode() + b"\0<|bos|>hello world [M] 123 \xc3\xa9\n")
+_sp = "\u2581"
+_sp_vocab = {"<unk>": 0, "<s>": 1}
+_sp_vocab.update({f"<0x{b:02X}>": 2 + b for b in range(256)})
+_sp_vocab.update({_sp: 258, "a": 259, "b": 260, _sp + "a": 261, _sp + "ab": 262})
+sentencepiece_json = {
+    "added_tokens": [{"id": 1, "content": "<s>", "special": True, "normalized": False}],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": _sp},
+        {"type": "Replace", "pattern": {"String": " "}, "content": _sp}]},
+    "pre_tokenizer": None,
+    "post_processor": {"type": "TemplateProcessing",
+                       "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": _sp}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+              "vocab": _sp_vocab, "merges": [[_sp, "a"], [_sp + "a", "b"]]}}
+out("tokenizer_json_fuzz", "sentencepiece",
+    json.dumps(sentencepiece_json).encode() + b"\0ab a \xc3\xa9<s>b")
+sentencepiece_json["normalizer"] = None
+sentencepiece_json["pre_tokenizer"] = {"type": "Metaspace", "replacement": _sp,
+                                       "prepend_scheme": "first", "split": True}
+sentencepiece_json["decoder"] = {"type": "Metaspace", "replacement": _sp, "prepend_scheme": "first"}
+out("tokenizer_json_fuzz", "metaspace",
+    json.dumps(sentencepiece_json).encode() + b"\0<s>ab ab\xff")
+
 reqs = [ltm_pb2.GenerateRequest(prompt="Hello, my name is", max_new_tokens=8),
         ltm_pb2.GenerateRequest(prompt_token_ids=[15496, 11, 995], max_new_tokens=4,
                                 temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.2,

@@ -46,8 +46,8 @@ void score_rows(WindowScore& w, const std::vector<float>& rows, int64_t V) {
 int perplexity_mode(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) {
   const ModelConfig& config = rs.model->config();
   if (!tokenizer) {
-    std::fprintf(stderr, "ltm-worker: --perplexity needs a tokenizer: %s has no vocab.json/"
-                         "merges.txt (give --tokenizer DIR)\n", o.model.c_str());
+    std::fprintf(stderr, "ltm-worker: --perplexity needs a tokenizer: %s has no tokenizer.json "
+                         "or vocab.json/merges.txt (give --tokenizer DIR)\n", o.model.c_str());
     return 2;
   }
   std::ifstream in(o.perplexity, std::ios::binary);

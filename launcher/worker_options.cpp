@@ -25,11 +25,11 @@ namespace {
 po::options_description describe(WorkerOptions* o) {
   po::options_description model("Model");
   model.add_options()
-      ("model", po::value(&o->model), "HF GPT-2 folder (config.json, safetensors, vocab.json, merges.txt), or a config .json for random weights (GPT-3 shapes in configs/)")
+      ("model", po::value(&o->model), "HF GPT-2 folder (config.json, safetensors, tokenizer.json or vocab.json + merges.txt), or a config .json for random weights (GPT-3 shapes in configs/)")
       ("init", po::value(&o->init), "checkpoint | random: random weights of the model's shape even for a checkpoint folder (default: a folder's weights, random for a config .json)")
       ("init-seed", po::value(&o->init_seed)->default_value(1), "seed of random weights (config-only model)")
       ("init-std", po::value(&o->init_std)->default_value(0.02f), "std of random weights")
-      ("tokenizer", po::value(&o->tokenizer), "folder with vocab.json + merges.txt (default: the model folder)")
+      ("tokenizer", po::value(&o->tokenizer), "folder with tokenizer.json, or vocab.json + merges.txt (default: the model folder)")
       ("chat-template", po::value(&o->chat_template), "Jinja chat template FILE for chat requests (default: chat_template of the tokenizer folder's tokenizer_config.json)");
   po::options_description gen("One-shot generation");
   gen.add_options()

@@ -14,7 +14,7 @@ struct WorkerOptions {
   std::string init;             // --init: "" (a folder's weights, a config's random ones), "checkpoint", "random"
   uint64_t init_seed = 1;       // random weights: seed
   float init_std = 0.02f;       // random weights: std
-  std::string tokenizer;        // folder with vocab.json + merges.txt (default: the model folder)
+  std::string tokenizer;        // folder with tokenizer.json or vocab.json (default: model folder)
   std::string chat_template;    // --chat-template FILE (default: tokenizer_config.json's)
   // One-shot generation
   std::string prompt;

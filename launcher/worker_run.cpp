@@ -48,15 +48,16 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   GenerationRequest req;
   if (o.has_prompt) {
     if (!tokenizer) {
-      std::fprintf(stderr, "ltm-worker: --prompt needs a tokenizer: %s has no vocab.json/merges.txt "
-                           "(give --tokenizer DIR, or --prompt-ids)\n", o.model.c_str());
+      std::fprintf(stderr, "ltm-worker: --prompt needs a tokenizer: %s has no tokenizer.json or "
+                           "vocab.json/merges.txt (give --tokenizer DIR, or --prompt-ids)\n",
+                   o.model.c_str());
       return 2;
     }
     if (!is_valid_utf8(o.prompt)) {
       std::fprintf(stderr, "ltm-worker: --prompt is not valid UTF-8\n");
       return 2;
     }
-    req.prompt_ids = tokenizer->encode(o.prompt);
+    req.prompt_ids = tokenizer->encode_prompt(o.prompt);
   } else {
     req.prompt_ids = o.prompt_ids;
   }
@@ -434,7 +435,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer
                               : std::filesystem::is_directory(o.model) ? o.model : std::string();
   int code = 0;
-  if (!tok_dir.empty() && std::filesystem::exists(std::filesystem::path(tok_dir) / "vocab.json")) {
+  if (!tok_dir.empty() && Tokenizer::folder_has_tokenizer(tok_dir)) {
     absl::StatusOr<Tokenizer> t = Tokenizer::load(tok_dir);
     if (!t.ok()) {
       std::fprintf(stderr, "ltm-worker: %s\n", std::string(t.status().message()).c_str());
@@ -443,14 +444,15 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       tokenizer = std::move(*t);
     }
   } else if (!o.tokenizer.empty()) {
-    std::fprintf(stderr, "ltm-worker: --tokenizer %s has no vocab.json\n", o.tokenizer.c_str());
+    std::fprintf(stderr, "ltm-worker: --tokenizer %s has no tokenizer.json or vocab.json\n",
+                 o.tokenizer.c_str());
     code = 2;
   }
   if (code == 0) {
     if (!o.listen.empty()) {
       if (!tokenizer) {
-        std::fprintf(stderr, "ltm-worker: serving needs a tokenizer (vocab.json + merges.txt in the "
-                             "model folder, or --tokenizer DIR)\n");
+        std::fprintf(stderr, "ltm-worker: serving needs a tokenizer (tokenizer.json, or vocab.json "
+                             "+ merges.txt, in the model folder, or --tokenizer DIR)\n");
         code = 2;
       } else {
         code = serve(o, rs, *tokenizer, std::move(loading), descriptors);

@@ -246,7 +246,8 @@ std::vector<int32_t> ChatFormat::encode(std::string_view text) const {
       continue;
     }
     if (i > start) {
-      std::vector<int32_t> part = tokenizer_->encode(text.substr(start, i - start));
+      // Text after a special token does not start the text (Metaspace "first" tokenizers).
+      std::vector<int32_t> part = tokenizer_->encode(text.substr(start, i - start), start == 0);
       out.insert(out.end(), part.begin(), part.end());
     }
     out.push_back(hit->second);
@@ -254,7 +255,7 @@ std::vector<int32_t> ChatFormat::encode(std::string_view text) const {
     start = i;
   }
   if (start < text.size()) {
-    std::vector<int32_t> part = tokenizer_->encode(text.substr(start));
+    std::vector<int32_t> part = tokenizer_->encode(text.substr(start), start == 0);
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;

@@ -110,7 +110,7 @@ absl::StatusOr<GenerationRequest> make_generation_request(const v1::GenerateRequ
 
   GenerationRequest r;
   if (has_text) {
-    r.prompt_ids = tokenizer.encode(p.prompt());
+    r.prompt_ids = tokenizer.encode_prompt(p.prompt());  // with the bos a Llama tokenizer adds
     if (r.prompt_ids.empty()) return invalid("prompt is empty after tokenization");
     for (int32_t id : r.prompt_ids)  // a tokenizer larger than the model's embedding
       if (id >= limits.vocab_size)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "common/check.h"
 #include "common/json_parse.h"
 #include "nlohmann/json.hpp"
+#include "runtime/text/tokenizer_pipeline.h"
 #include "runtime/text/unicode_tables.h"
 
 namespace ltm {
@@ -113,8 +115,10 @@ std::string byte_spelling(unsigned char b) {
   return s;
 }
 
+}  // namespace
+
 // Raw bytes of a vocab.json spelling; fails on a code point outside the alphabet.
-absl::StatusOr<std::string> spelling_to_bytes(std::string_view text) {
+absl::StatusOr<std::string> text_detail::spelling_to_bytes(std::string_view text) {
   const ByteAlphabet& alphabet = byte_alphabet();
   std::string bytes;
   bytes.reserve(text.size());
@@ -132,6 +136,9 @@ absl::StatusOr<std::string> spelling_to_bytes(std::string_view text) {
   }
   return bytes;
 }
+
+namespace {
+using text_detail::spelling_to_bytes;
 
 // ---- pre-tokenization ---------------------------------------------------------------------------
 // OpenAI's GPT-2 pattern, applied left to right, first alternative that matches wins:
@@ -218,6 +225,7 @@ struct Scratch {
   std::vector<Candidate> heap;
   std::vector<Candidate> round;
   std::vector<int32_t> touched;
+  std::vector<int32_t> units;  // a pre-token's symbols before merging
 };
 
 Scratch& thread_scratch() {
@@ -234,6 +242,7 @@ void trim_thread_scratch() {
   if (s.heap.capacity() > kKeep) std::vector<Candidate>().swap(s.heap);
   if (s.round.capacity() > kKeep) std::vector<Candidate>().swap(s.round);
   if (s.touched.capacity() > kKeep) std::vector<int32_t>().swap(s.touched);
+  if (s.units.capacity() > kKeep) std::vector<int32_t>().swap(s.units);
 }
 
 uint64_t pair_key(int32_t left, int32_t right) {
@@ -242,9 +251,9 @@ uint64_t pair_key(int32_t left, int32_t right) {
 
 // ---- loading ------------------------------------------------------------------------------------
 
-constexpr int32_t kMaxId = 1 << 24;  // ids are rows of the embedding; bigger is a broken file
+}  // namespace
 
-absl::StatusOr<std::string> read_file(const std::string& path) {
+absl::StatusOr<std::string> text_detail::read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -257,7 +266,7 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
 }
 
 // `s` in quotes for an error message, cut after about 60 bytes (at a UTF-8 character boundary).
-std::string quote_for_message(std::string_view s) {
+std::string text_detail::quote_for_message(std::string_view s) {
   size_t keep = std::min<size_t>(s.size(), 60);
   while (keep > 0 && keep < s.size() && (static_cast<unsigned char>(s[keep]) & 0xC0) == 0x80)
     --keep;
@@ -268,11 +277,62 @@ std::string quote_for_message(std::string_view s) {
   return out;
 }
 
-}  // namespace
+bool text_detail::is_space(char32_t cp) {
+  return unicode::classify(cp) == CodePointClass::kSpace;
+}
+
+size_t text_detail::utf8_length(std::string_view s, size_t i) {
+  const Utf8Step step =
+      next_code_point(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i);
+  return step.kind == Utf8Kind::kOk ? step.len : 1;
+}
+
+char32_t text_detail::code_point_at(std::string_view s, size_t i, size_t* len) {
+  const Utf8Step step =
+      next_code_point(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i);
+  *len = step.kind == Utf8Kind::kOk ? step.len : 1;
+  return step.kind == Utf8Kind::kOk ? step.cp : kInvalidCodePoint;
+}
+
+void text_detail::gpt2_pre_tokens(std::string_view text,
+                                  std::vector<std::pair<size_t, size_t>>& out) {
+  std::vector<CodePoint> cps;
+  split_code_points(text, cps);
+  const size_t n = cps.size() - 1;
+  for (size_t i = 0; i < n;) {
+    const size_t j = match_pre_token(cps, i, n);
+    out.emplace_back(cps[i].offset, cps[j].offset);
+    i = j;
+  }
+}
+
+using text_detail::kMaxId;
+using text_detail::quote_for_message;
+using text_detail::read_file;
 
 // ---- Tokenizer ----------------------------------------------------------------------------------
 
+bool Tokenizer::folder_has_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json", ec) ||
+         std::filesystem::exists(std::filesystem::path(dir) / "vocab.json", ec);
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
+  std::error_code ec;
+  const std::string json_path = dir + "/tokenizer.json";
+  if (std::filesystem::exists(json_path, ec)) {
+    LTM_ASSIGN_OR_RETURN(std::string text, read_file(json_path));
+    LTM_ASSIGN_OR_RETURN(Tokenizer tok, from_tokenizer_json(text, json_path));
+    LTM_RETURN_IF_ERROR(tok.read_tokenizer_config(dir));
+    return tok;
+  }
+  LTM_ASSIGN_OR_RETURN(Tokenizer tok, load_vocab_merges(dir));
+  LTM_RETURN_IF_ERROR(tok.read_tokenizer_config(dir));
+  return tok;
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::load_vocab_merges(const std::string& dir) {
   const std::string vocab_path = dir + "/vocab.json";
   const std::string merges_path = dir + "/merges.txt";
   LTM_ASSIGN_OR_RETURN(std::string vocab_text, read_file(vocab_path));
@@ -330,20 +390,22 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
   }
 
   return build(vocab, merges, vocab_path,
-               [&](size_t rank) { return absl::StrCat(merges_path, ":", merge_lines[rank]); });
+               [&](size_t rank) { return absl::StrCat(merges_path, ":", merge_lines[rank]); },
+               /*byte_level=*/true);
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::from_tables(
     const std::vector<std::pair<std::string, int32_t>>& vocab,
     const std::vector<std::pair<std::string, std::string>>& merges, const std::string& source) {
   return build(vocab, merges, source,
-               [&](size_t rank) { return absl::StrCat(source, ": merge #", rank); });
+               [&](size_t rank) { return absl::StrCat(source, ": merge #", rank); },
+               /*byte_level=*/true);
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::build(
     const std::vector<std::pair<std::string, int32_t>>& vocab,
     const std::vector<std::pair<std::string, std::string>>& merges, const std::string& source,
-    const std::function<std::string(size_t rank)>& merge_location) {
+    const std::function<std::string(size_t rank)>& merge_location, bool byte_level) {
   Tokenizer tok;
   int32_t max_id = -1;
   for (const auto& [text, id] : vocab) {
@@ -358,7 +420,10 @@ absl::StatusOr<Tokenizer> Tokenizer::build(
   tok.text_to_id_.reserve(vocab.size());
   std::vector<const std::string*> id_text(static_cast<size_t>(max_id + 1), nullptr);
   for (const auto& [text, id] : vocab) {
-    absl::StatusOr<std::string> bytes = spelling_to_bytes(text);
+    absl::StatusOr<std::string> bytes =
+        byte_level ? spelling_to_bytes(text)
+        : is_valid_utf8(text) ? absl::StatusOr<std::string>(text)
+                              : absl::InvalidArgumentError("is not valid UTF-8");
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": token ", quote_for_message(text),
                                                      " (id ", id, ") ", bytes.status().message()));
@@ -379,7 +444,7 @@ absl::StatusOr<Tokenizer> Tokenizer::build(
     id_text[id] = &text;
     tok.id_to_bytes_[id] = *std::move(bytes);
   }
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0; b < 256 && byte_level; ++b) {
     const std::string spelling = byte_spelling(static_cast<unsigned char>(b));
     auto it = tok.text_to_id_.find(spelling);
     if (it == tok.text_to_id_.end()) {
@@ -429,9 +494,21 @@ const Tokenizer::Merge* Tokenizer::find_merge(int32_t left, int32_t right) const
 void Tokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
   const auto* bytes = reinterpret_cast<const unsigned char*>(word.data());
   LTM_ASSERT(word.size() < (size_t{1} << 31), "pre-token of ", word.size(), " bytes");
-  const int32_t n = static_cast<int32_t>(word.size());
-  if (n == 1) {
+  if (word.size() == 1) {
     out.push_back(byte_to_id_[bytes[0]]);
+    return;
+  }
+  std::vector<int32_t>& units = thread_scratch().units;
+  units.resize(word.size());
+  for (size_t i = 0; i < word.size(); ++i) units[i] = byte_to_id_[bytes[i]];
+  bpe_symbols(units, out);
+}
+
+void Tokenizer::bpe_symbols(std::span<const int32_t> syms, std::vector<int32_t>& out) const {
+  LTM_ASSERT(syms.size() < (size_t{1} << 31), "pre-token of ", syms.size(), " symbols");
+  const int32_t n = static_cast<int32_t>(syms.size());
+  if (n <= 1) {
+    if (n == 1) out.push_back(syms[0]);
     return;
   }
   Scratch& s = thread_scratch();
@@ -439,7 +516,7 @@ void Tokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
   std::vector<Candidate>& heap = s.heap;
   sym.resize(static_cast<size_t>(n));
   heap.clear();
-  for (int32_t i = 0; i < n; ++i) sym[i] = {byte_to_id_[bytes[i]], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) sym[i] = {syms[i], i - 1, i + 1 < n ? i + 1 : -1};
   for (int32_t i = 0; i + 1 < n; ++i) {
     if (const Merge* m = find_merge(sym[i].id, sym[i + 1].id)) heap.push_back({m->rank, i});
   }
@@ -488,9 +565,14 @@ void Tokenizer::bpe(std::string_view word, std::vector<int32_t>& out) const {
   for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view utf8, bool at_text_start) const {
   std::vector<int32_t> ids;
   if (utf8.empty()) return ids;
+  if (pipeline_) {
+    encode_with_pipeline(utf8, at_text_start, ids);
+    trim_thread_scratch();
+    return ids;
+  }
   ids.reserve(utf8.size() / 3 + 4);
   std::vector<CodePoint>& cps = thread_scratch().cps;  // bpe() uses the other scratch vectors
   split_code_points(utf8, cps);
@@ -504,6 +586,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view utf8) const {
+  std::vector<int32_t> ids = prompt_prefix_;
+  const std::vector<int32_t> body = encode(utf8);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), prompt_suffix_.begin(), prompt_suffix_.end());
+  return ids;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   size_t size = 0;
   for (const int32_t id : ids) {
@@ -513,6 +603,11 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   out.reserve(size);
   for (const int32_t id : ids) out += id_to_bytes_[id];
+  size_t cut = 0;
+  while (cut < decode_strip_start_ && cut < out.size() && out[cut] == ' ') ++cut;
+  out.erase(0, cut);
+  for (size_t k = 0; k < decode_strip_stop_ && !out.empty() && out.back() == ' '; ++k)
+    out.pop_back();
   return out;
 }
 

@@ -2,10 +2,12 @@
 //
 //   ltm-tokenize VOCAB_DIR            reads one JSON string per line on stdin, writes one JSON
 //                                     array of token ids per line on stdout
+//   ltm-tokenize VOCAB_DIR --prompt   the same with what the tokenizer adds to a prompt
+//                                     (Tokenizer::encode_prompt: bos/eos)
 //   ltm-tokenize VOCAB_DIR --decode   reads one JSON array of ids per line, writes the decoded
 //                                     bytes as a JSON array of byte values per line
-// VOCAB_DIR holds vocab.json and merges.txt (e.g. $LTM_GPT2_DIR). Exits 1 with a message on a
-// load error or a malformed input line.
+// VOCAB_DIR holds tokenizer.json, or vocab.json and merges.txt (e.g. $LTM_GPT2_DIR), as
+// Tokenizer::load reads them. Exits 1 with a message on a load error or a malformed input line.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -15,8 +17,10 @@
 
 int main(int argc, char** argv) {
   const bool decode = argc == 3 && std::string(argv[2]) == "--decode";
-  if (argc != 2 && !decode) {
-    std::fprintf(stderr, "usage: %s VOCAB_DIR [--decode]  (stdin: one JSON value per line)\n",
+  const bool prompt = argc == 3 && std::string(argv[2]) == "--prompt";
+  if (argc != 2 && !decode && !prompt) {
+    std::fprintf(stderr,
+                 "usage: %s VOCAB_DIR [--decode|--prompt]  (stdin: one JSON value per line)\n",
                  argv[0]);
     return 2;
   }
@@ -30,7 +34,8 @@ int main(int argc, char** argv) {
     nlohmann::json in = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     nlohmann::json out;
     if (!decode && in.is_string()) {
-      out = tok->encode(in.get<std::string>());
+      const std::string text = in.get<std::string>();
+      out = prompt ? tok->encode_prompt(text) : tok->encode(text);
     } else if (decode && in.is_array()) {
       std::vector<int32_t> ids;
       for (const auto& v : in) {
