@@ -335,7 +335,9 @@ class CudaBackend final : public Backend {
   void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
                   float beta, const float* bias, Epilogue epilogue) override {
     const Precision wp = w.precision();
-    if (wp == Precision::kF32 || m <= 0 || n <= 0 || k <= 0)
+    if (m <= 0 || n <= 0) return;
+    // fp32 weights (fp32 activations), or the degenerate k = 0 (C = beta C, fp32 only).
+    if (wp == Precision::kF32 || k <= 0)
       return Backend::matmul_act(a, w, c, m, n, k, beta, bias, epilogue);
     LTM_ASSERT((a.type == Precision::kF32 || a.type == wp) &&
                    (c.type == Precision::kF32 || c.type == wp),
