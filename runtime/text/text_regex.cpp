@@ -13,7 +13,8 @@ absl::StatusOr<std::shared_ptr<const TextRegex>> TextRegex::compile(std::string_
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset, nullptr);
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &error_offset,
+                    nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));

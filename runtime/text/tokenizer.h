@@ -50,7 +50,8 @@ class Tokenizer {
   // Loads `dir`/tokenizer.json when the folder has one (see from_tokenizer_json), else
   // `dir`/vocab.json and `dir`/merges.txt (the files of an HF GPT-2 folder); then
   // `dir`/tokenizer_config.json, when present, for add_bos_token/add_eos_token (with its
-  // bos_token/eos_token), which replace the tokens the post-processor adds. For vocab.json: checks that
+  // bos_token/eos_token), which replace the tokens the post-processor adds. For vocab.json:
+  // checks that
   // vocab.json maps token strings to distinct non-negative ids, that every token is spelled in
   // the byte-level alphabet, that all 256 single-byte tokens exist, and that every merges.txt line
   // (after an optional "#version" header) is two tokens of the vocab whose concatenation is too.

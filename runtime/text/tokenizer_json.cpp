@@ -4,7 +4,8 @@
 //                  byte_fallback, ignore_merges; dropout, continuing_subword_prefix and
 //                  end_of_word_suffix only when unset. Other model types are refused.
 //   added_tokens   id, content, lstrip, rstrip, normalized (single_word must be false).
-//   normalizer     null, Prepend, Replace (String or Regex pattern), Sequence of those.
+//   normalizer     null, Prepend, Replace (String or Regex pattern), NFC/NFD/NFKC/NFKD (ICU's),
+//                  Sequence of those.
 //   pre_tokenizer  null, ByteLevel (last), Split (Regex or String; any behavior; invert),
 //                  Metaspace (replacement, prepend_scheme or the older add_prefix_space, split),
 //                  Sequence of those.
@@ -19,6 +20,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unicode/normalizer2.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,7 +62,8 @@ struct TokenizerJsonReader {
       if (required) return error(path, "is missing");
       return static_cast<const json*>(nullptr);
     }
-    if (!it->is_object()) return error(path, absl::StrCat("must be an object, got ", json_brief(*it)));
+    if (!it->is_object())
+      return error(path, absl::StrCat("must be an object, got ", json_brief(*it)));
     return &*it;
   }
 
@@ -87,7 +91,8 @@ struct TokenizerJsonReader {
   }
 
   absl::StatusOr<std::string> type_of(const json& obj, const std::string& path) const {
-    if (!obj.is_object()) return error(path, absl::StrCat("must be an object, got ", json_brief(obj)));
+    if (!obj.is_object())
+      return error(path, absl::StrCat("must be an object, got ", json_brief(obj)));
     return get_string(obj, "type", path, /*required=*/true);
   }
 
@@ -114,8 +119,10 @@ struct TokenizerJsonReader {
       literal = value.get<std::string>();
       return absl::OkStatus();
     }
-    absl::StatusOr<std::shared_ptr<const TextRegex>> re = TextRegex::compile(value.get<std::string>());
-    if (!re.ok()) return error(absl::StrCat(path, ".pattern.Regex"), std::string(re.status().message()));
+    absl::StatusOr<std::shared_ptr<const TextRegex>> re =
+        TextRegex::compile(value.get<std::string>());
+    if (!re.ok())
+      return error(absl::StrCat(path, ".pattern.Regex"), std::string(re.status().message()));
     regex = *std::move(re);
     return absl::OkStatus();
   }
@@ -127,7 +134,8 @@ struct TokenizerJsonReader {
       auto it = n.find("normalizers");
       if (it == n.end() || !it->is_array()) return error(path + ".normalizers", "must be a list");
       for (size_t i = 0; i < it->size(); ++i)
-        LTM_RETURN_IF_ERROR(read_normalizer((*it)[i], absl::StrCat(path, ".normalizers[", i, "]"), out));
+        LTM_RETURN_IF_ERROR(
+            read_normalizer((*it)[i], absl::StrCat(path, ".normalizers[", i, "]"), out));
       return absl::OkStatus();
     }
     NormalizerStep step;
@@ -138,8 +146,18 @@ struct TokenizerJsonReader {
       step.kind = NormalizerStep::Kind::kReplace;
       LTM_RETURN_IF_ERROR(read_pattern(n, path, step.text, step.regex));
       LTM_ASSIGN_OR_RETURN(step.content, get_string(n, "content", path, true));
+    } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+      step.kind = NormalizerStep::Kind::kUnicode;
+      UErrorCode err = U_ZERO_ERROR;
+      step.unicode_form = type == "NFC"    ? icu::Normalizer2::getNFCInstance(err)
+                          : type == "NFD"  ? icu::Normalizer2::getNFDInstance(err)
+                          : type == "NFKC" ? icu::Normalizer2::getNFKCInstance(err)
+                                           : icu::Normalizer2::getNFKDInstance(err);
+      if (U_FAILURE(err) || step.unicode_form == nullptr)
+        return error(path, absl::StrCat("ICU has no ", type, " data (", u_errorName(err), ")"));
     } else {
-      return unsupported(path, type, "Prepend, Replace and Sequence normalizers");
+      return unsupported(path, type,
+                         "Prepend, Replace, NFC, NFD, NFKC, NFKD and Sequence normalizers");
     }
     out.push_back(std::move(step));
     return absl::OkStatus();
@@ -568,10 +586,11 @@ absl::StatusOr<Tokenizer> TokenizerJsonReader::read(std::string_view text) const
   if (auto it = root.find("post_processor"); it != root.end() && !it->is_null())
     LTM_RETURN_IF_ERROR(
         read_post_processor(*it, "post_processor", tok.prompt_prefix_, tok.prompt_suffix_));
-  for (const int32_t id : tok.prompt_prefix_)
-    if (!tok.valid_id(id)) return error("post_processor", absl::StrCat("id ", id, " is not a token"));
-  for (const int32_t id : tok.prompt_suffix_)
-    if (!tok.valid_id(id)) return error("post_processor", absl::StrCat("id ", id, " is not a token"));
+  for (const auto* ids : {&tok.prompt_prefix_, &tok.prompt_suffix_}) {
+    for (const int32_t id : *ids)
+      if (!tok.valid_id(id))
+        return error("post_processor", absl::StrCat("id ", id, " is not a token"));
+  }
 
   tok.pipeline_ = std::move(pipeline);
   return tok;

@@ -7,6 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+
 #include "common/check.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/tokenizer_pipeline.h"
@@ -208,6 +211,20 @@ std::string text_detail::normalize(const TokenizerPipeline& p, std::string_view 
       case NormalizerStep::Kind::kPrepend:
         if (!s.empty()) s.insert(0, step.text);
         break;
+      case NormalizerStep::Kind::kUnicode: {
+        // ASCII is the same in every form; text that is not UTF-8 is left as it is (HF's
+        // library only ever sees valid text).
+        if (std::all_of(s.begin(), s.end(), [](char c) { return (c & 0x80) == 0; })) break;
+        if (!is_valid_utf8(s)) break;
+        const auto* form = static_cast<const icu::Normalizer2*>(step.unicode_form);
+        UErrorCode err = U_ZERO_ERROR;
+        std::string out;
+        icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(s.size()));
+        form->normalizeUTF8(0, icu::StringPiece(s.data(), static_cast<int32_t>(s.size())), sink,
+                            nullptr, err);
+        if (U_SUCCESS(err)) s = std::move(out);
+        break;
+      }
       case NormalizerStep::Kind::kReplace:
         if (!step.regex) {
           s = replace_all(s, step.text, step.content);

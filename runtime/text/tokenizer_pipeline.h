@@ -47,8 +47,9 @@ struct AddedTokenSpec {
 
 // One normalizer step (a Sequence is flattened).
 struct NormalizerStep {
-  enum class Kind { kPrepend, kReplace };
+  enum class Kind { kPrepend, kReplace, kUnicode };
   Kind kind = Kind::kPrepend;
+  const void* unicode_form = nullptr;     // kUnicode: the icu::Normalizer2 (NFC, NFD, NFKC, NFKD)
   std::string text;                       // kPrepend: the prefix; kReplace: a literal pattern
   std::shared_ptr<const TextRegex> regex;  // kReplace with a Regex pattern (else literal)
   std::string content;                    // kReplace: the replacement

@@ -5,7 +5,8 @@
    (test_tokenizer_reference.make_corpus) exactly as vocab.json + merges.txt do.
 2. Files made here with small vocabularies trained here on the corpus (no downloads):
    - Llama-3-style: Split with Llama 3's regex (PCRE2 in ltm) + ByteLevel, ignore_merges, special
-     and plain added tokens, a TemplateProcessing post-processor adding <|begin_of_text|>;
+     and plain added tokens, a TemplateProcessing post-processor adding <|begin_of_text|>; and
+     Qwen2-style: the same with Qwen2's regex and an NFC normalizer (ICU in ltm);
    - SentencePiece-style as Llama 2 has it: Prepend + Replace normalizers, no pre-tokenizer,
      byte_fallback, fuse_unk, decoder Replace/ByteFallback/Fuse/Strip, <s> added by the template;
    - SentencePiece-style as Mistral's later files have it: a Metaspace pre-tokenizer
@@ -36,6 +37,8 @@ ORACLE = os.path.join(NODE_DIR, "tokenizers_oracle.mjs")
 # Llama 3's pre-tokenizer regex (as its tokenizer.json spells it).
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's: digits one at a time.
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def _env_path(name, hint):
@@ -213,7 +216,8 @@ def training_words():
     return counts
 
 
-def llama3_style_json():
+def llama3_style_json(qwen2=False):
+    """Llama 3's layout; qwen2: Qwen2's (NFC normalizer, its regex, merges not ignored)."""
     counts = training_words()
     words = {tuple(spell(bytes([b])) for b in w.encode("utf-8")): c for w, c in counts.items()}
     merges = train_merges(words, 400)
@@ -230,9 +234,10 @@ def llama3_style_json():
                   "lstrip": True, "rstrip": True, "normalized": False, "special": True})
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None,
+        "normalizer": {"type": "NFC"} if qwen2 else None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+            {"type": "Split", "pattern": {"Regex": QWEN2_REGEX if qwen2 else LLAMA3_REGEX},
+             "behavior": "Isolated",
              "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
              "use_regex": False}]},
@@ -252,7 +257,7 @@ def llama3_style_json():
                     "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": not qwen2,
                   "vocab": vocab, "merges": [[a, b] for a, b in merges]},
     }, specials + ["<think>", "[MASK]"]
 
@@ -368,16 +373,17 @@ def compare_with_library(tokenize_tool, oracle, folder, texts, round_trip):
     print(f"compared {len(texts)} texts, {sum(len(r['ids']) for r in ref)} tokens")
 
 
-@pytest.mark.parametrize("style", ["llama3", "llama2", "metaspace"])
+@pytest.mark.parametrize("style", ["llama3", "qwen2", "llama2", "metaspace"])
 def test_matches_hf_tokenizers(tokenize_tool, oracle, tmp_path, style):
-    if style == "llama3":
-        tokenizer, added = llama3_style_json()
+    if style in ("llama3", "qwen2"):
+        tokenizer, added = llama3_style_json(qwen2=style == "qwen2")
     else:
         tokenizer, added = sentencepiece_style_json(metaspace=style == "metaspace")
     folder = write_folder(tmp_path, style, tokenizer)
     corpus = make_corpus(300, seed=99)
-    # The Metaspace decoder has no ByteFallback: byte tokens decode as their spelling there.
-    round_trip = style != "metaspace"
+    # The Metaspace decoder has no ByteFallback: byte tokens decode as their spelling there;
+    # NFC changes the text.
+    round_trip = style not in ("metaspace", "qwen2")
     compare_with_library(tokenize_tool, oracle, folder, corpus, round_trip)
     compare_with_library(tokenize_tool, oracle, folder, random_unicode(), round_trip)
     # Added tokens (lstrip/rstrip ones too) in the text: decoded, they come back with the
