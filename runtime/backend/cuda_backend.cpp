@@ -52,6 +52,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_lt_gemm.h"
 #include "runtime/model/dtype.h"
@@ -342,6 +343,17 @@ class CudaBackend final : public Backend {
     kernels::cuda::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
                                   a.block_size, k_cache, v_cache, elem_type(a.kv), ctx_->stream);
   }
+  // The device sampler (kernels/cuda/sampling.h): the host sampler's tokens; its workspace
+  // grows to the largest batch seen and is then reused (no allocation in a steady state).
+  void sample_rows(const SampleRowsArgs& a) override {
+    if (a.rows <= 0) return;
+    use_device(device_);
+    const size_t need = kernels::cuda::sample_rows_workspace_bytes(a.vocab, a.rows);
+    if (need > sample_workspace_.bytes()) sample_workspace_ = alloc(need);
+    kernels::cuda::sample_rows(a, sample_workspace_.data(), sample_workspace_.bytes(),
+                               ctx_->stream);
+  }
+
   void paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache,
                        const void* v_cache, float* out) override {
     if (a.n_tokens == 0) return;
@@ -385,6 +397,7 @@ class CudaBackend final : public Backend {
   bool allow_tf32_ = false;
   std::string name_;
   DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
+  DeviceBuffer sample_workspace_;  // sample_rows' scratch
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
   DeviceBuffer act16_;                   // activations rounded to 16 bits for lt_
   std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
