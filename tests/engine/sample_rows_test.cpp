@@ -25,9 +25,10 @@ void expect_equal(const std::vector<int32_t>& tokens, const std::vector<float>& 
   ASSERT_EQ(tokens.size(), want_tokens.size());
   for (size_t r = 0; r < tokens.size(); ++r) {
     EXPECT_EQ(tokens[r], want_tokens[r]) << what << ", row " << r;
-    if (with_logprobs)
+    if (with_logprobs) {
       EXPECT_TRUE(testing::same_float(logprobs[r], want_lp[r]))
           << what << ", row " << r << ": " << logprobs[r] << " vs " << want_lp[r];
+    }
   }
 }
 
