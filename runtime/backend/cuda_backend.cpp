@@ -144,6 +144,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(ctx_->stream);
+    for (PinnedSlot& slot : pinned_) {
+      if (slot.event) cudaEventDestroy(slot.event);
+      if (slot.data) cudaFreeHost(slot.data);
+    }
     lt_.reset();
     cublasDestroy(cublas_);
   }
@@ -198,6 +202,34 @@ class CudaBackend final : public Backend {
     if (bytes == 0) return;
     use_device(device_);
     LTM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  }
+
+  // A step's host arrays (stage_i32, and the sample op's inputs in one piece) go through pinned
+  // memory: one asynchronous copy each, without the driver's pageable bounce. A ring of pinned
+  // slots, each reused only once the copy that last read it has completed (its event; in a
+  // steady state long before), so the caller's array may change at once, as with the default.
+  const void* stage_bytes(const void* host, size_t bytes, DeviceBuffer& staging) override {
+    const size_t need = std::max<size_t>(bytes, 1);
+    if (staging.bytes() < need) staging = alloc(std::max(need, staging.bytes() * 2));
+    if (bytes == 0) return staging.data();
+    use_device(device_);
+    PinnedSlot& slot = pinned_[next_pinned_];
+    next_pinned_ = (next_pinned_ + 1) % kPinnedSlots;
+    if (slot.event == nullptr) {
+      LTM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming));
+    } else {
+      LTM_CUDA_CHECK(cudaEventSynchronize(slot.event));  // its last copy has read it
+    }
+    if (slot.bytes < bytes) {
+      if (slot.data) LTM_CUDA_CHECK(cudaFreeHost(slot.data));
+      slot.bytes = std::max(bytes, slot.bytes * 2);
+      LTM_CUDA_CHECK(cudaMallocHost(&slot.data, slot.bytes));
+    }
+    std::memcpy(slot.data, host, bytes);
+    LTM_CUDA_CHECK(cudaMemcpyAsync(staging.data(), slot.data, bytes, cudaMemcpyHostToDevice,
+                                   ctx_->stream));
+    LTM_CUDA_CHECK(cudaEventRecord(slot.event, ctx_->stream));
+    return staging.data();
   }
 
   void copy_to_host(void* host, const void* src, size_t bytes) override {
@@ -398,6 +430,14 @@ class CudaBackend final : public Backend {
   std::string name_;
   DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
   DeviceBuffer sample_workspace_;  // sample_rows' scratch
+  struct PinnedSlot {
+    void* data = nullptr;  // cudaMallocHost
+    size_t bytes = 0;
+    cudaEvent_t event = nullptr;  // recorded after the copy that last read `data`
+  };
+  static constexpr int kPinnedSlots = 16;  // more than the arrays one step stages
+  PinnedSlot pinned_[kPinnedSlots];
+  int next_pinned_ = 0;
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
   DeviceBuffer act16_;                   // activations rounded to 16 bits for lt_
   std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
