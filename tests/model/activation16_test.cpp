@@ -10,10 +10,15 @@
 // with large top-2 margins (two sequences, one prefilling beside the other's decode), and logits
 // within scripts/gpu_check's tolerance.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -23,6 +28,8 @@
 #include "parallel/communicator.h"
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/model/dtype.h"
+#include "runtime/model/lora.h"
+#include "runtime/model/safetensors.h"
 #include "tests/model/greedy_run.h"
 
 namespace ltm {
@@ -251,6 +258,74 @@ TEST_P(Activation16Model, GreedyTokensMatchFp32Within16BitTolerance) {
     // The checkpoint can tell a wrong token from rounding.
     EXPECT_GT(g.min_margin_rel, 2 * kTolRel);
   }
+}
+
+// A LoRA adapter on every module (rank 4) of the margin checkpoint, written as a PEFT folder.
+std::string write_adapter(const ModelConfig& c) {
+  std::string dir = ::testing::TempDir() + "/ltm_act16_lora_XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return "";
+  std::ofstream(dir + "/adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "fan_in_fan_out": true,)"
+      << R"( "bias": "none", "target_modules": ["c_attn", "c_proj", "c_fc"]})";
+  const int64_t d = c.n_embd, ff = c.n_inner, r = 4;
+  struct Module {
+    std::string name;
+    int64_t in, out;
+  };
+  std::vector<std::string> data;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (const Module& m : {Module{"attn.c_attn", d, 3 * d}, Module{"attn.c_proj", d, d},
+                            Module{"mlp.c_fc", d, ff}, Module{"mlp.c_proj", ff, d}}) {
+      for (char ab : {'A', 'B'}) {
+        const std::vector<int64_t> shape = ab == 'A' ? std::vector<int64_t>{r, m.in}
+                                                     : std::vector<int64_t>{m.out, r};
+        std::vector<float> v(static_cast<size_t>(shape[0] * shape[1]));
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = 0.05f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(l + ab));
+        data.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+        shapes.push_back({"base_model.model.transformer.h." + std::to_string(l) + "." + m.name +
+                              ".lora_" + std::string(1, ab) + ".weight",
+                          shape});
+      }
+    }
+  }
+  std::vector<SafetensorsWriteTensor> w;
+  for (size_t i = 0; i < data.size(); ++i)
+    w.push_back({shapes[i].first, "F32", shapes[i].second, data[i]});
+  if (!write_safetensors(dir + "/adapter_model.safetensors", w).ok()) return "";
+  return dir;
+}
+
+// LoRA on 16-bit activations (x widened into fp32 scratch, the update added into the 16-bit
+// output; biases after the update): b runs with an adapter beside a without one, so the adapter's
+// rows start inside the batch.
+TEST(Activation16, LoraUpdateOn16BitActivationsMatchesFp32) {
+  const ModelConfig c = greedy::margin_config(4);
+  const std::string dir = write_adapter(c);
+  ASSERT_FALSE(dir.empty());
+  absl::StatusOr<LoraAdapter> adapter = LoraAdapter::open(dir, c, 16);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  ModelRun ref(make_cpu_backend(1), Precision::kF32, 4);
+  ModelRun act(std::make_unique<Act16Backend>(Precision::kBF16), Precision::kBF16, 4);
+  ModelRun plain(make_cpu_backend(1), Precision::kF32, 4);  // no adapter: it must matter
+  ASSERT_TRUE(ref.model->add_adapter(1, *adapter).ok());
+  ASSERT_TRUE(act.model->add_adapter(1, *adapter).ok());
+  std::filesystem::remove_all(dir);
+  constexpr int kSteps = 16;
+  auto [aa, ab] = greedy::greedy_pair(*act.model, *act.backend, *act.cache, kSteps, 1);
+  auto [ra, rb] = greedy::greedy_pair(*ref.model, *ref.backend, *ref.cache, kSteps, 1);
+  auto [pa, pb] = greedy::greedy_pair(*plain.model, *plain.backend, *plain.cache, kSteps, 0);
+  EXPECT_EQ(ra.generated, aa.generated);
+  EXPECT_EQ(rb.generated, ab.generated);
+  const greedy::LogitGap with = greedy::logit_gap(rb.logits, ab.logits);
+  const greedy::LogitGap adapter_effect = greedy::logit_gap(pb.logits, rb.logits);
+  std::printf("LoRA, bf16 activations: max |logit diff| %.4f of row max (tolerance %.2f); the "
+              "adapter itself moves logits by %.4f\n",
+              with.worst_rel, kTolRel, adapter_effect.worst_rel);
+  EXPECT_LT(with.worst_rel, kTolRel);
+  EXPECT_GT(adapter_effect.worst_rel, 4 * with.worst_rel);  // the update is far above rounding
+  EXPECT_LT(greedy::logit_gap(pa.logits, ra.logits).worst_rel, 1e-6);  // a: no adapter
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -74,6 +74,7 @@ struct GreedySeq {
   int32_t computed = 0;         // tokens already in the cache
   std::vector<int32_t> generated;
   std::vector<std::vector<float>> logits;  // of each generated token's step
+  int32_t adapter = 0;                     // LoRA adapter id (0: none)
 };
 
 // One step over `seqs`, each taking its next `chunk[i]` tokens (all the rest when 0); appends
@@ -101,6 +102,11 @@ inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
       in.block_tables.push_back(b < static_cast<int32_t>(s->blocks.size()) ? s->blocks[b] : 0);
     in.logit_rows.push_back(in.n_tokens() - 1);
   }
+  for (GreedySeq* s : seqs)
+    if (s->adapter != 0) {
+      for (GreedySeq* t : seqs) in.adapter_ids.push_back(t->adapter);
+      break;
+    }
   const int64_t d = model.config().n_embd, vocab = model.vocab_local();
   DeviceBuffer hidden = backend.alloc(static_cast<size_t>(in.n_tokens() * d) * sizeof(float));
   DeviceBuffer logits = backend.alloc(seqs.size() * static_cast<size_t>(vocab) * sizeof(float));
@@ -124,10 +130,14 @@ inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
 // Two sequences: `a` prefills alone, decodes 3 tokens, then `b`'s prompt prefills in the same
 // step as `a`'s decode (a mixed batch), then both decode until each has `steps` tokens.
 // Block size `bs`; each sequence gets its own scattered blocks.
+// `b_adapter`: the LoRA adapter id b runs with (0: none), so that a step's rows with an adapter
+// start after rows without.
 inline std::pair<GreedySeq, GreedySeq> greedy_pair(Model& model, Backend& backend,
-                                                   KvCache& cache, int steps) {
+                                                   KvCache& cache, int steps,
+                                                   int32_t b_adapter = 0) {
   const int32_t bs = cache.block_size();
   GreedySeq a, b;
+  b.adapter = b_adapter;
   a.tokens = {17, 31, 45, 9, 50, 77, 3, 28, 64, 11, 90};  // 11 tokens: off the block size
   b.tokens = {5, 6, 7, 8, 60, 61, 62, 13, 14, 15, 16, 20, 21, 22, 23, 24, 25, 26, 27};  // 19
   const int32_t blocks_each = (static_cast<int32_t>(b.tokens.size()) + steps + bs) / bs + 1;
