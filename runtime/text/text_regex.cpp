@@ -1,10 +1,11 @@
 #include "runtime/text/text_regex.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+
+#if LTM_HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 namespace ltm {
 
@@ -57,3 +58,20 @@ void TextRegex::find_all(std::string_view text,
 }
 
 }  // namespace ltm
+
+#else  // a build without PCRE2 (the GPU-only build): no regex compiles
+
+namespace ltm {
+
+absl::StatusOr<std::shared_ptr<const TextRegex>> TextRegex::compile(std::string_view) {
+  return absl::UnimplementedError(
+      "this build has no PCRE2 (the GPU-only build), so it cannot match the file's regexes");
+}
+
+TextRegex::~TextRegex() = default;
+
+void TextRegex::find_all(std::string_view, std::vector<std::pair<size_t, size_t>>&) const {}
+
+}  // namespace ltm
+
+#endif

@@ -21,7 +21,9 @@
 #include <utility>
 #include <vector>
 
+#if LTM_HAVE_ICU
 #include <unicode/normalizer2.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -148,6 +150,10 @@ struct TokenizerJsonReader {
       LTM_ASSIGN_OR_RETURN(step.content, get_string(n, "content", path, true));
     } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
       step.kind = NormalizerStep::Kind::kUnicode;
+#if !LTM_HAVE_ICU
+      return error(path + ".type", absl::StrCat("\"", type, "\" needs ICU, which this build "
+                                                "(the GPU-only build) does without"));
+#else
       UErrorCode err = U_ZERO_ERROR;
       step.unicode_form = type == "NFC"    ? icu::Normalizer2::getNFCInstance(err)
                           : type == "NFD"  ? icu::Normalizer2::getNFDInstance(err)
@@ -155,6 +161,7 @@ struct TokenizerJsonReader {
                                            : icu::Normalizer2::getNFKDInstance(err);
       if (U_FAILURE(err) || step.unicode_form == nullptr)
         return error(path, absl::StrCat("ICU has no ", type, " data (", u_errorName(err), ")"));
+#endif
     } else {
       return unsupported(path, type,
                          "Prepend, Replace, NFC, NFD, NFKC, NFKD and Sequence normalizers");

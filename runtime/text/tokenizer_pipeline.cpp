@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#if LTM_HAVE_ICU
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
+#endif
 
 #include "common/check.h"
 #include "runtime/text/tokenizer.h"
@@ -212,6 +214,7 @@ std::string text_detail::normalize(const TokenizerPipeline& p, std::string_view 
         if (!s.empty()) s.insert(0, step.text);
         break;
       case NormalizerStep::Kind::kUnicode: {
+#if LTM_HAVE_ICU
         // ASCII is the same in every form; text that is not UTF-8 is left as it is (HF's
         // library only ever sees valid text).
         if (std::all_of(s.begin(), s.end(), [](char c) { return (c & 0x80) == 0; })) break;
@@ -223,6 +226,7 @@ std::string text_detail::normalize(const TokenizerPipeline& p, std::string_view 
         form->normalizeUTF8(0, icu::StringPiece(s.data(), static_cast<int32_t>(s.size())), sink,
                             nullptr, err);
         if (U_SUCCESS(err)) s = std::move(out);
+#endif
         break;
       }
       case NormalizerStep::Kind::kReplace:
