@@ -69,6 +69,15 @@ const int32_t* Backend::stage_i32(const int32_t* host, size_t n, DeviceBuffer& s
   return staging.i32();
 }
 
+std::unique_ptr<BackendGraph> Backend::capture(const std::function<void()>&) {
+  LTM_ASSERT(false, "capture() on ", describe(), ", which has no graphs (supports_graphs())");
+  return nullptr;
+}
+
+void Backend::replay(BackendGraph&) {
+  LTM_ASSERT(false, "replay() on ", describe(), ", which has no graphs (supports_graphs())");
+}
+
 #ifndef LTM_CUDA_PLUGIN
 namespace {
 

@@ -198,16 +198,16 @@ absl::Status Model::load_weights(const WeightSource& source) {
   return merge_status_;
 }
 
-void Model::ensure_workspace(int64_t n) {
-  if (n <= workspace_tokens_) return;
+void Model::ensure_workspace(Workspace& ws, int64_t n) {
+  if (n <= ws.tokens) return;
   n = std::max<int64_t>(n, 16);
   const size_t f = sizeof(float);
-  ln_out_ = backend_.alloc(n * d_ * f);
-  qkv_ = backend_.alloc(n * 3 * d_local_ * f);
-  attn_out_ = backend_.alloc(n * d_local_ * f);
-  proj_out_ = backend_.alloc(n * d_ * f);
-  ff_ = backend_.alloc(n * d_ff_local_ * f);
-  workspace_tokens_ = n;
+  ws.ln_out = backend_.alloc(n * d_ * f);
+  ws.qkv = backend_.alloc(n * 3 * d_local_ * f);
+  ws.attn_out = backend_.alloc(n * d_local_ * f);
+  ws.proj_out = backend_.alloc(n * d_ * f);
+  ws.ff = backend_.alloc(n * d_ff_local_ * f);
+  ws.tokens = n;
 }
 
 void Model::upload_step(const StepInput& step) {
@@ -248,13 +248,32 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   upload_step(step);
   attn_args_.block_size = cache.block_size();
   attn_args_.kv = cache.precision();
-  ensure_workspace(n);
+  ensure_workspace(ws_, n);
+  StagedStep staged;
+  staged.attn = attn_args_;
+  staged.token_ids = backend_.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
+  staged.positions = backend_.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
+  staged.lora = true;
+  plan_lora_runs(step);
+  forward(staged, hidden, cache, ws_);
+  stage_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+}
+
+void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Workspace& ws) {
+  const AttentionArgs& args = step.attn;
+  const int64_t n = args.n_tokens;
+  if (n == 0) return;
+  LTM_ASSERT(ws.tokens >= n, "forward of ", n, " rows in a workspace of ", ws.tokens);
   const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
   const float eps = config_.layer_norm_epsilon;
   Backend& b = backend_;
-  const int32_t* ids = b.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
-  const int32_t* pos = b.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
-  plan_lora_runs(step);
+  const int32_t* ids = step.token_ids;
+  const int32_t* pos = step.positions;
+  // LoRA products only on run_stage's steps (a graph's step has no adapter).
+  auto lora = [&](size_t l, LoraModule m, const float* x, float* out) {
+    if (step.lora) apply_lora(l, m, x, out);
+  };
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
@@ -263,11 +282,11 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
     b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
   }
 
-  float* ln = ln_out_.f32();
-  float* qkv = qkv_.f32();
-  float* attn = attn_out_.f32();
-  float* proj = proj_out_.f32();
-  float* ff = ff_.f32();
+  float* ln = ws.ln_out.f32();
+  float* qkv = ws.qkv.f32();
+  float* attn = ws.attn_out.f32();
+  float* proj = ws.proj_out.f32();
+  float* ff = ws.ff.f32();
   const bool tp = shard_.tp > 1;
   // Each residual block's end (bias, residual add) and the LayerNorm after it are one backend op
   // (add_bias_residual_layer_norm: one pass over hidden on a GPU); only the stage's first LN1 and
@@ -278,31 +297,31 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
     // O = X + Attn(LN1(X))
     if (l == 0) b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
-    apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
+    lora(l, LoraModule::kAttnQkv, ln, qkv);
     b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
-    b.kv_cache_write(attn_args_, qkv, cache.k(l), cache.v(l));
-    b.paged_attention(attn_args_, qkv, cache.k(l), cache.v(l), attn);
+    b.kv_cache_write(args, qkv, cache.k(l), cache.v(l));
+    b.paged_attention(args, qkv, cache.k(l), cache.v(l), attn);
     if (tp) {
       b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
-      apply_lora(l, LoraModule::kAttnProj, attn, proj);      // partial update: summed below
+      lora(l, LoraModule::kAttnProj, attn, proj);            // partial update: summed below
       all_reduce(proj, n * d);
     } else {
       b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
-      apply_lora(l, LoraModule::kAttnProj, attn, hidden);
+      lora(l, LoraModule::kAttnProj, attn, hidden);
     }
     // H = O + FFN(LN2(O)): O's bias (and the TP partial sums), then LN2.
     b.add_bias_residual_layer_norm(hidden, tp ? proj : nullptr, w.attn_proj_b.f32(),
                                    w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
     b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
-    apply_lora(l, LoraModule::kMlpFc, ln, ff);
+    lora(l, LoraModule::kMlpFc, ln, ff);
     b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
     if (tp) {
       b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
-      apply_lora(l, LoraModule::kMlpProj, ff, proj);
+      lora(l, LoraModule::kMlpProj, ff, proj);
       all_reduce(proj, n * d);
     } else {
       b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
-      apply_lora(l, LoraModule::kMlpProj, ff, hidden);
+      lora(l, LoraModule::kMlpProj, ff, hidden);
     }
     float* residual = tp ? proj : nullptr;
     if (next) {  // H's bias (and partial sums), then the next layer's LN1
@@ -315,8 +334,6 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }
-  stage_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 }
 
 absl::Status Model::add_adapter(int32_t id, const LoraAdapter& adapter) {
@@ -399,10 +416,17 @@ void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
 void Model::compute_logits(const StepInput& step, const float* hidden, float* logits) {
   const int64_t m = static_cast<int64_t>(step.logit_rows.size());
   if (m == 0) return;
-  ensure_workspace(m);
+  ensure_workspace(ws_, m);
   const int32_t* rows =
       backend_.stage_i32(step.logit_rows.data(), step.logit_rows.size(), d_logit_rows_);
-  float* x = ln_out_.f32();
+  logits_from(rows, m, hidden, logits, ws_);
+}
+
+void Model::logits_from(const int32_t* rows, int64_t m, const float* hidden, float* logits,
+                        Workspace& ws) {
+  if (m == 0) return;
+  LTM_ASSERT(ws.tokens >= m, "logits of ", m, " rows in a workspace of ", ws.tokens);
+  float* x = ws.ln_out.f32();
   backend_.gather_rows(hidden, rows, x, m, d_);
   backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
   // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).
