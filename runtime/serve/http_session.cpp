@@ -318,7 +318,8 @@ class Session : public std::enable_shared_from_this<Session> {
       state_->count(e->http_status == 400 ? Outcome::kInvalid : Outcome::kError);
       return send_error(*e);
     }
-    const std::string id = state_->ids.next();
+    // OpenAI's ids: "cmpl-..." for completions, "chatcmpl-..." for chat completions.
+    const std::string id = chat ? absl::StrCat("chat", state_->ids.next()) : state_->ids.next();
     parsed.request.request_id = id;
     cancel_ = parsed.request.cancel;
     stream_mode_ = parsed.params.stream;

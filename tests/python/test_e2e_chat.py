@@ -145,7 +145,7 @@ def test_prompt_is_the_template_rendered_by_jinja2(chat, messages):
         want = reference_ids(c, render_reference(messages))
     assert want.count(EOT_ID) >= 2 and want[0] == EOT_ID  # bos once, special tokens whole
     out = chat_ok(chat, messages=messages, max_tokens=4, temperature=0, ignore_eos=True)
-    assert out["object"] == "chat.completion"
+    assert out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-")
     assert out["usage"]["prompt_tokens"] == len(want)
     assert out["choices"][0]["message"]["role"] == "assistant"
     # The same ids, not just as many: the greedy reply is the completion of exactly those ids.
@@ -169,6 +169,7 @@ def test_stream_carries_deltas_and_ends_with_done(chat):
     finally:
         conn.close()
     assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert len({e["id"] for e in events}) == 1 and events[0]["id"].startswith("chatcmpl-")
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[1:-1])
     assert text == whole["choices"][0]["message"]["content"] and text
