@@ -9,10 +9,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Tokens walk grid.y; grid.x * blockDim.x covers n_head * vecs_per_head groups of kVec floats of
-// K (and V), converted to the cache's element type C.
+// Tokens walk grid.y; grid.x * blockDim.x covers n_head * vecs_per_head groups of kVec elements
+// of K (and V) of type `act`, converted to the cache's element type C.
 template <typename C, int kVec>
-__global__ void kv_cache_write_kernel(const float* __restrict__ qkv,
+__global__ void kv_cache_write_kernel(const void* __restrict__ qkv, ElemType act,
                                       const int32_t* __restrict__ slot_mapping, int64_t n_tokens,
                                       int n_head, int head_dim, int block_size,
                                       C* __restrict__ k_cache, C* __restrict__ v_cache) {
@@ -29,22 +29,22 @@ __global__ void kv_cache_write_kernel(const float* __restrict__ qkv,
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     const int64_t dst = ((block * n_head + head) * block_size + offset) * head_dim + col;
-    const float* k_src = qkv + t * 3 * row_floats + row_floats + head * head_dim + col;
-    const float* v_src = k_src + row_floats;
+    const int64_t k_src = t * 3 * row_floats + row_floats + head * head_dim + col;
+    const int64_t v_src = k_src + row_floats;
     if constexpr (kVec == 4) {
-      store4_f(k_cache + dst, load4_f(k_src));
-      store4_f(v_cache + dst, load4_f(v_src));
+      store4_f(k_cache + dst, load4_act(qkv, k_src, act));
+      store4_f(v_cache + dst, load4_act(qkv, v_src, act));
     } else {
-      k_cache[dst] = from_float<C>(*k_src);
-      v_cache[dst] = from_float<C>(*v_src);
+      k_cache[dst] = from_float<C>(load_act(qkv, k_src, act));
+      v_cache[dst] = from_float<C>(load_act(qkv, v_src, act));
     }
   }
 }
 
 template <typename C>
-void launch_kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens,
-                           int n_head, int head_dim, int block_size, void* k_cache,
-                           void* v_cache, cudaStream_t stream) {
+void launch_kv_cache_write(const void* qkv, ElemType act, const int32_t* slot_mapping,
+                           int64_t n_tokens, int n_head, int head_dim, int block_size,
+                           void* k_cache, void* v_cache, cudaStream_t stream) {
   const bool vec = head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache);
   const int vecs_per_head = vec ? head_dim / 4 : head_dim;
   const int64_t row_vecs = static_cast<int64_t>(n_head) * vecs_per_head;
@@ -53,30 +53,30 @@ void launch_kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_
   C* k = static_cast<C*>(k_cache);
   C* v = static_cast<C*>(v_cache);
   if (vec) {
-    kv_cache_write_kernel<C, 4><<<grid, threads, 0, stream>>>(qkv, slot_mapping, n_tokens, n_head,
-                                                              head_dim, block_size, k, v);
+    kv_cache_write_kernel<C, 4><<<grid, threads, 0, stream>>>(
+        qkv, act, slot_mapping, n_tokens, n_head, head_dim, block_size, k, v);
   } else {
-    kv_cache_write_kernel<C, 1><<<grid, threads, 0, stream>>>(qkv, slot_mapping, n_tokens, n_head,
-                                                              head_dim, block_size, k, v);
+    kv_cache_write_kernel<C, 1><<<grid, threads, 0, stream>>>(
+        qkv, act, slot_mapping, n_tokens, n_head, head_dim, block_size, k, v);
   }
   LTM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
-                    int head_dim, int block_size, void* k_cache, void* v_cache, ElemType kv,
-                    cudaStream_t stream) {
+void kv_cache_write(const void* qkv, ElemType act, const int32_t* slot_mapping, int64_t n_tokens,
+                    int n_head, int head_dim, int block_size, void* k_cache, void* v_cache,
+                    ElemType kv, cudaStream_t stream) {
   if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0) return;
   switch (kv) {
     case ElemType::kF32:
-      return launch_kv_cache_write<float>(qkv, slot_mapping, n_tokens, n_head, head_dim,
+      return launch_kv_cache_write<float>(qkv, act, slot_mapping, n_tokens, n_head, head_dim,
                                           block_size, k_cache, v_cache, stream);
     case ElemType::kBF16:
-      return launch_kv_cache_write<__nv_bfloat16>(qkv, slot_mapping, n_tokens, n_head, head_dim,
-                                                  block_size, k_cache, v_cache, stream);
+      return launch_kv_cache_write<__nv_bfloat16>(qkv, act, slot_mapping, n_tokens, n_head,
+                                                  head_dim, block_size, k_cache, v_cache, stream);
     case ElemType::kF16:
-      return launch_kv_cache_write<__half>(qkv, slot_mapping, n_tokens, n_head, head_dim,
+      return launch_kv_cache_write<__half>(qkv, act, slot_mapping, n_tokens, n_head, head_dim,
                                            block_size, k_cache, v_cache, stream);
   }
 }
@@ -90,8 +90,8 @@ size_t paged_attention_workspace_bytes(const PagedAttentionShape& s) {
   return units * (static_cast<size_t>(s.head_dim) + 2) * sizeof(float);
 }
 
-void paged_attention(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
-                     const void* v_cache, float* out, void* workspace, cudaStream_t stream) {
+void paged_attention(const PagedAttentionShape& s, const void* qkv, const void* k_cache,
+                     const void* v_cache, void* out, void* workspace, cudaStream_t stream) {
   if (s.n_seqs <= 0 || s.n_head <= 0 || s.max_new_tokens <= 0) return;
   LTM_KERNEL_ASSERT(s.head_dim > 0 && s.block_size > 0, "paged_attention: head_dim %d, block_size %d",
                     s.head_dim, s.block_size);

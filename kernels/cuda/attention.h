@@ -19,8 +19,10 @@
 // a mixed batch launches both, each skipping the other's sequences, so a decode row next to a
 // prompt is not pushed through a 32-row prefill tile.
 // The cache holds float32, bf16 or fp16 elements (shape.kv); new keys and values are rounded to
-// it (nearest even) by kv_cache_write and read back as float32. All arithmetic is float32 with
-// accurate expf (results agree with the CPU kernel to ~1e-6 on the same cache contents).
+// it (nearest even) by kv_cache_write and read back as float32. qkv and out hold activations of
+// shape.act (float32, bf16 or fp16: Q is widened as loaded, the output rounded once as stored).
+// All arithmetic is float32 with accurate expf (results agree with the CPU kernel to ~1e-6 on the
+// same cache contents and float32 activations).
 //
 // Limits: head_dim <= 256 for prefill; decode head_dim <= 512 (multiple of 4) or <= 128.
 // Violations abort with file:line. All pointers are device memory; calls enqueue on `stream`.
@@ -44,6 +46,7 @@ struct PagedAttentionShape {
   int max_context_len = 0;       // host hint: max of context_lens (sizes the decode split)
   int max_new_tokens = 0;        // host hint: max rows of one sequence (picks the kernels)
   ElemType kv = ElemType::kF32;  // element type of the K and V caches
+  ElemType act = ElemType::kF32;  // element type of qkv and out
   const int32_t* token_offsets = nullptr;  // [n_seqs + 1] device
   const int32_t* context_lens = nullptr;   // [n_seqs] device
   const int32_t* block_tables = nullptr;   // [n_seqs, max_blocks_per_seq] device
@@ -53,10 +56,10 @@ struct PagedAttentionShape {
 inline constexpr int kDecodePartitionTokens = 512;
 
 // Writes K and V of each new token into its cache slot (slot = block * block_size + offset).
-// A negative slot (a padding row) is skipped. The caches hold elements of `kv`.
-void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
-                    int head_dim, int block_size, void* k_cache, void* v_cache, ElemType kv,
-                    cudaStream_t stream);
+// A negative slot (a padding row) is skipped. qkv holds elements of `act`, the caches of `kv`.
+void kv_cache_write(const void* qkv, ElemType act, const int32_t* slot_mapping, int64_t n_tokens,
+                    int n_head, int head_dim, int block_size, void* k_cache, void* v_cache,
+                    ElemType kv, cudaStream_t stream);
 
 // Scratch paged_attention needs for `shape` (0 when the decode context fits one partition).
 // Depends only on n_seqs, n_head, head_dim, block_size and max_context_len.
@@ -64,7 +67,7 @@ size_t paged_attention_workspace_bytes(const PagedAttentionShape& shape);
 
 // out: [n_tokens, n_head * head_dim]. `workspace` holds paged_attention_workspace_bytes(shape)
 // bytes (16-byte aligned; may be null when that is 0) and must not be in use by other work.
-void paged_attention(const PagedAttentionShape& shape, const float* qkv, const void* k_cache,
-                     const void* v_cache, float* out, void* workspace, cudaStream_t stream);
+void paged_attention(const PagedAttentionShape& shape, const void* qkv, const void* k_cache,
+                     const void* v_cache, void* out, void* workspace, cudaStream_t stream);
 
 }  // namespace ltm::kernels::cuda

@@ -69,6 +69,27 @@ struct CacheLoad<1> {
   template <typename C>
   __device__ __forceinline__ static float at(const C* p) { return to_float(*p); }
 };
+// kVec activations (qkv, out) at element i of a buffer of element type t.
+template <int kVec>
+struct ActIo;
+template <>
+struct ActIo<4> {
+  __device__ __forceinline__ static float4 load(const void* p, int64_t i, ElemType t) {
+    return load4_act(p, i, t);
+  }
+  __device__ __forceinline__ static void store(void* p, int64_t i, float4 v, ElemType t) {
+    store4_act(p, i, v, t);
+  }
+};
+template <>
+struct ActIo<1> {
+  __device__ __forceinline__ static float load(const void* p, int64_t i, ElemType t) {
+    return load_act(p, i, t);
+  }
+  __device__ __forceinline__ static void store(void* p, int64_t i, float v, ElemType t) {
+    store_act(p, i, v, t);
+  }
+};
 
 // Lanes cooperating on one key: the smallest power of two >= vecs (one vector per lane), <= 32.
 __host__ __device__ inline int lanes_per_key(int vecs) {
@@ -109,9 +130,10 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   float* scores = warp_l + kWarps;                                       // [kWarps][block_size]
 
   const int64_t row_floats = static_cast<int64_t>(p.n_head) * p.head_dim;
-  const V* q_src = reinterpret_cast<const V*>(p.qkv + static_cast<int64_t>(row) * 3 * row_floats +
-                                              static_cast<int64_t>(head) * p.head_dim);
-  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) q_s[i] = scale_v(q_src[i], p.scale);
+  const int64_t q_src = static_cast<int64_t>(row) * 3 * row_floats +
+                        static_cast<int64_t>(head) * p.head_dim;  // elements of p.act
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x)
+    q_s[i] = scale_v(ActIo<kVec>::load(p.qkv, q_src + i * kVec, p.act), p.scale);
   __syncthreads();
 
   const int warp = threadIdx.x / kWarpSize;
@@ -214,14 +236,14 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
 
   if (p.n_partitions == 1) {
     const float inv_l = 1.0f / l_all;
-    V* out = reinterpret_cast<V*>(p.out + static_cast<int64_t>(row) * row_floats +
-                                 static_cast<int64_t>(head) * p.head_dim);
+    const int64_t out0 =
+        static_cast<int64_t>(row) * row_floats + static_cast<int64_t>(head) * p.head_dim;
     for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
       V o;
       zero_v(o);
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) fma_v(o, weight[w], warp_acc[w * n_vec + i]);
-      out[i] = scale_v(o, inv_l);
+      ActIo<kVec>::store(p.out, out0 + i * kVec, scale_v(o, inv_l), p.act);
     }
   } else {
     const int64_t unit = (static_cast<int64_t>(seq) * p.n_head + head) * p.n_partitions + part;
@@ -271,13 +293,14 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const float inv_l = 1.0f / block_sum(l_part, scratch);  // block_sum synchronises: weight[] ready
 
   const int row = first_row + n_new - 1;
-  float* out = p.out + static_cast<int64_t>(row) * p.n_head * p.head_dim +
-               static_cast<int64_t>(head) * p.head_dim;
+  const int64_t out0 = static_cast<int64_t>(row) * p.n_head * p.head_dim +
+                      static_cast<int64_t>(head) * p.head_dim;  // elements of p.act
   const float* acc = p.part_acc + unit0 * p.head_dim;
   for (int c = threadIdx.x; c < p.head_dim; c += blockDim.x) {
     float o = 0.0f;
-    for (int q = 0; q < n_parts; ++q) o = fmaf(weight[q], acc[static_cast<int64_t>(q) * p.head_dim + c], o);
-    out[c] = o * inv_l;
+    for (int q = 0; q < n_parts; ++q)
+      o = fmaf(weight[q], acc[static_cast<int64_t>(q) * p.head_dim + c], o);
+    store_act(p.out, out0 + c, o * inv_l, p.act);
   }
 }
 
@@ -317,8 +340,8 @@ void launch_decode_kernel(const dim3& grid, size_t smem, ElemType kv, const Deco
 
 }  // namespace
 
-void launch_paged_decode(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
-                         const void* v_cache, float* out, float* workspace, bool single_only,
+void launch_paged_decode(const PagedAttentionShape& s, const void* qkv, const void* k_cache,
+                         const void* v_cache, void* out, float* workspace, bool single_only,
                          cudaStream_t stream) {
   const bool vec = s.head_dim % 4 == 0 && aligned16(qkv) && aligned16(k_cache) &&
                    aligned16(v_cache) && aligned16(out) && aligned16(workspace);

@@ -10,10 +10,10 @@ namespace ltm::kernels::cuda::detail {
 
 // What both attention kernels read (passed to them by value): the batch layout and the cache.
 struct PagedParams {
-  const float* qkv;      // [n_tokens, 3 * n_head * head_dim]
+  const void* qkv;      // [n_tokens, 3 * n_head * head_dim] of `act`
   const void* k_cache;  // [n_blocks, n_head, block_size, head_dim] of the kernel's cache type
   const void* v_cache;
-  float* out;            // [n_tokens, n_head * head_dim]
+  void* out;            // [n_tokens, n_head * head_dim] of `act`
   const int32_t* token_offsets;
   const int32_t* context_lens;
   const int32_t* block_tables;
@@ -22,13 +22,14 @@ struct PagedParams {
   int block_size;
   int max_blocks_per_seq;
   float scale;  // 1 / sqrt(head_dim)
+  ElemType act;  // element type of qkv and out
 };
 
-inline PagedParams paged_params(const PagedAttentionShape& s, const float* qkv,
-                                const void* k_cache, const void* v_cache, float* out) {
+inline PagedParams paged_params(const PagedAttentionShape& s, const void* qkv,
+                                const void* k_cache, const void* v_cache, void* out) {
   return PagedParams{qkv, k_cache, v_cache, out, s.token_offsets, s.context_lens, s.block_tables,
                      s.n_head, s.head_dim, s.block_size, s.max_blocks_per_seq,
-                     1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+                     1.0f / std::sqrt(static_cast<float>(s.head_dim)), s.act};
 }
 
 // Number of decode partitions for `shape` (>= 1).
@@ -36,14 +37,14 @@ int decode_partitions(const PagedAttentionShape& shape);
 
 // Decode: the sequences with new rows (only those with exactly one when `single_only`; else
 // each sequence's last row, which must then be its only one). `workspace` as in paged_attention.
-void launch_paged_decode(const PagedAttentionShape& shape, const float* qkv, const void* k_cache,
-                         const void* v_cache, float* out, float* workspace, bool single_only,
+void launch_paged_decode(const PagedAttentionShape& shape, const void* qkv, const void* k_cache,
+                         const void* v_cache, void* out, float* workspace, bool single_only,
                          cudaStream_t stream);
 
 // Prefill: any number of new rows per sequence; with `skip_single`, sequences with exactly one
 // new row are left to the decode kernel.
-void launch_paged_prefill(const PagedAttentionShape& shape, const float* qkv,
-                          const void* k_cache, const void* v_cache, float* out, bool skip_single,
+void launch_paged_prefill(const PagedAttentionShape& shape, const void* qkv,
+                          const void* k_cache, const void* v_cache, void* out, bool skip_single,
                           cudaStream_t stream);
 
 }  // namespace ltm::kernels::cuda::detail

@@ -60,6 +60,18 @@ __device__ __forceinline__ float4 load_cols(const C* row, int c, int head_dim, b
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// The same for a row of activations of element type t, starting at element `row` of base.
+__device__ __forceinline__ float4 load_cols_act(const void* base, int64_t row, int c, int head_dim,
+                                                bool vec, ElemType t) {
+  switch (t) {
+    case ElemType::kBF16:
+      return load_cols(static_cast<const __nv_bfloat16*>(base) + row, c, head_dim, vec);
+    case ElemType::kF16:
+      return load_cols(static_cast<const __half*>(base) + row, c, head_dim, vec);
+    default: return load_cols(static_cast<const float*>(base) + row, c, head_dim, vec);
+  }
+}
+
 template <int kMaxHeadDim, typename C>
 __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillParams p) {
   constexpr int kColVecs = kMaxHeadDim / (4 * kThreadsPerRow);  // float4 columns per thread
@@ -90,13 +102,14 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
   const int64_t out_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
 
   // Q tile, pre-scaled; rows past the sequence's new rows are zeros (their results are dropped).
-  const float* q_src =
-      p.qkv + (first_row + q_begin) * qkv_stride + static_cast<int64_t>(head) * p.head_dim;
+  const int64_t q_src =  // elements of p.act
+      (first_row + q_begin) * qkv_stride + static_cast<int64_t>(head) * p.head_dim;
   for (int i = tid; i < kTileQ * n_dvec; i += kThreads) {
     const int r = i / n_dvec;
     const int c = (i % n_dvec) * 4;
-    const float4 q = r < n_rows ? load_cols(q_src + r * qkv_stride, c, p.head_dim, p.vec)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 q = r < n_rows
+                         ? load_cols_act(p.qkv, q_src + r * qkv_stride, c, p.head_dim, p.vec, p.act)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
     store4(q_s + r * stride + c, q * p.scale);
   }
 
@@ -219,20 +232,20 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
     const int r = ty * kRowsPerThread + i;
     if (r >= n_rows) continue;
     const float inv_l = 1.0f / l[i];
-    float* dst = p.out + (first_row + q_begin + r) * out_stride +
-                 static_cast<int64_t>(head) * p.head_dim;
+    const int64_t dst = (first_row + q_begin + r) * out_stride +
+                        static_cast<int64_t>(head) * p.head_dim;  // elements of p.act
 #pragma unroll
     for (int c = 0; c < kColVecs; ++c) {
       const int col = (tx + c * kThreadsPerRow) * 4;
       if (col >= n_dvec * 4) continue;
       const float4 o = acc[i][c] * inv_l;
       if (p.vec) {
-        store4(dst + col, o);
+        store4_act(p.out, dst + col, o, p.act);
       } else {
         const float v[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (col + e < p.head_dim) dst[col + e] = v[e];
+          if (col + e < p.head_dim) store_act(p.out, dst + col + e, v[e], p.act);
       }
     }
   }
@@ -262,8 +275,8 @@ void launch(const PagedAttentionShape& s, const PrefillParams& p, cudaStream_t s
 
 }  // namespace
 
-void launch_paged_prefill(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
-                          const void* v_cache, float* out, bool skip_single, cudaStream_t stream) {
+void launch_paged_prefill(const PagedAttentionShape& s, const void* qkv, const void* k_cache,
+                          const void* v_cache, void* out, bool skip_single, cudaStream_t stream) {
   LTM_KERNEL_ASSERT(s.head_dim <= 256, "prefill attention supports head_dim <= 256; got %d",
                     s.head_dim);
   LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && s.n_head <= 65535, "n_seqs %d, n_head %d", s.n_seqs,

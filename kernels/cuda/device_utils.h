@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/elem_type.h"
+
 namespace ltm::kernels::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
@@ -105,6 +107,44 @@ __device__ __forceinline__ void store4_f(__nv_bfloat16* p, float4 v) {
 __device__ __forceinline__ void store4_f(__half* p, float4 v) {
   __half2 h[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
   *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+}
+
+// --- activations whose element type is a kernel argument (float, bf16 or fp16) ---
+// A branch on a value that is the same for every thread: cheaper than a template per type where
+// the access is a small part of the kernel (attention's Q loads and output stores).
+// Element i of `base` as float.
+__device__ __forceinline__ float load_act(const void* base, int64_t i, ElemType t) {
+  switch (t) {
+    case ElemType::kBF16: return to_float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case ElemType::kF16: return to_float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+// Elements i .. i + 3 (i a multiple of 4, base 16-byte aligned).
+__device__ __forceinline__ float4 load4_act(const void* base, int64_t i, ElemType t) {
+  switch (t) {
+    case ElemType::kBF16: return load4_f(static_cast<const __nv_bfloat16*>(base) + i);
+    case ElemType::kF16: return load4_f(static_cast<const __half*>(base) + i);
+    default: return load4_f(static_cast<const float*>(base) + i);
+  }
+}
+// Stores v rounded to nearest even at element i.
+__device__ __forceinline__ void store_act(void* base, int64_t i, float v, ElemType t) {
+  switch (t) {
+    case ElemType::kBF16:
+      static_cast<__nv_bfloat16*>(base)[i] = from_float<__nv_bfloat16>(v);
+      return;
+    case ElemType::kF16: static_cast<__half*>(base)[i] = from_float<__half>(v); return;
+    default: static_cast<float*>(base)[i] = v; return;
+  }
+}
+// Stores elements i .. i + 3 (as load4_act).
+__device__ __forceinline__ void store4_act(void* base, int64_t i, float4 v, ElemType t) {
+  switch (t) {
+    case ElemType::kBF16: return store4_f(static_cast<__nv_bfloat16*>(base) + i, v);
+    case ElemType::kF16: return store4_f(static_cast<__half*>(base) + i, v);
+    default: return store4_f(static_cast<float*>(base) + i, v);
+  }
 }
 
 // Host and device: launch-size arithmetic.

@@ -70,7 +70,81 @@ void launch_convert(const float* x, void* y_v, int64_t n, cudaStream_t stream) {
   LTM_CUDA_CHECK_LAUNCH();
 }
 
+// One element per thread-iteration over n: x (type X) widened, op, stored as Y.
+template <typename X>
+__global__ void widen_kernel(const X* __restrict__ x, float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = to_float(x[i]);
+}
+
+template <typename X>
+__global__ void add_f32_kernel(X* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_float<X>(to_float(x[i]) + y[i]);
+}
+
+template <typename X>
+__global__ void add_bias_16_kernel(X* __restrict__ x, const float* __restrict__ bias, int64_t rows,
+                                   int64_t cols) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const float b = bias[c];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    x[r * cols + c] = from_float<X>(to_float(x[r * cols + c]) + b);
+}
+
+template <typename X>
+void launch_16(int op, void* x_v, const float* y, int64_t rows, int64_t cols, float* out,
+               cudaStream_t stream) {
+  X* x = static_cast<X*>(x_v);
+  const int64_t n = rows * cols;
+  if (op == 0) {
+    widen_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, out, n);
+  } else if (op == 1) {
+    add_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  } else {
+    const RowLaunch l = row_launch(rows, cols);
+    add_bias_16_kernel<<<l.grid, l.block, 0, stream>>>(x, y, rows, cols);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+// op 0: out = widen(x); 1: x += y; 2: x += bias (y) per row.
+void dispatch_16(int op, void* x, ElemType type, const float* y, int64_t rows, int64_t cols,
+                 float* out, cudaStream_t stream) {
+  if (type == ElemType::kBF16) {
+    launch_16<__nv_bfloat16>(op, x, y, rows, cols, out, stream);
+  } else {
+    launch_16<__half>(op, x, y, rows, cols, out, stream);
+  }
+}
+
 }  // namespace
+
+void convert_to_f32(const void* x, ElemType type, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (type == ElemType::kF32) {
+    LTM_CUDA_CHECK(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  dispatch_16(0, const_cast<void*>(x), type, nullptr, 1, n, y, stream);
+}
+
+void add(void* x, ElemType type, const float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (type == ElemType::kF32) return add(static_cast<float*>(x), y, n, stream);
+  dispatch_16(1, x, type, y, 1, n, nullptr, stream);
+}
+
+void add_bias(void* x, ElemType type, const float* bias, int64_t rows, int64_t cols,
+              cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (type == ElemType::kF32) return add_bias(static_cast<float*>(x), bias, rows, cols, stream);
+  dispatch_16(2, x, type, bias, rows, cols, nullptr, stream);
+}
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;

@@ -32,7 +32,55 @@ __global__ void bias_gelu_kernel(T* __restrict__ x, const T* __restrict__ bias, 
   }
 }
 
+// 16-bit x: kVec elements per thread (4 when cols % 4 == 0 and the pointers allow it).
+template <typename Y, int kVec>
+__global__ void bias_gelu_16_kernel(Y* __restrict__ x, const float* __restrict__ bias,
+                                    int64_t rows, int64_t cols) {
+  const int64_t c = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kVec;
+  if (c >= cols) return;
+  if constexpr (kVec == 4) {
+    const float4 b = bias ? *reinterpret_cast<const float4*>(bias + c) : zero_like(float4{});
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+      Y* p = x + r * cols + c;
+      store4_f(p, gelu_tanh(load4_f(p) + b));
+    }
+  } else {
+    const float b = bias ? bias[c] : 0.0f;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+      Y* p = x + r * cols + c;
+      *p = from_float<Y>(gelu_tanh(to_float(*p) + b));
+    }
+  }
+}
+
+template <typename Y>
+void launch_bias_gelu_16(void* x_v, const float* bias, int64_t rows, int64_t cols,
+                         cudaStream_t stream) {
+  Y* x = static_cast<Y*>(x_v);
+  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 &&
+                   (bias == nullptr || aligned16(bias));
+  const int64_t n_cols = vec ? cols / 4 : cols;
+  const int threads = threads_for_row(n_cols, kThreads);
+  const dim3 grid(static_cast<unsigned>(ceil_div(n_cols, threads)), grid_rows(rows));
+  if (vec) {
+    bias_gelu_16_kernel<Y, 4><<<grid, threads, 0, stream>>>(x, bias, rows, cols);
+  } else {
+    bias_gelu_16_kernel<Y, 1><<<grid, threads, 0, stream>>>(x, bias, rows, cols);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void bias_gelu(void* x, ElemType type, const float* bias, int64_t rows, int64_t cols,
+               cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  switch (type) {
+    case ElemType::kF32: return bias_gelu(static_cast<float*>(x), bias, rows, cols, stream);
+    case ElemType::kBF16: return launch_bias_gelu_16<__nv_bfloat16>(x, bias, rows, cols, stream);
+    case ElemType::kF16: return launch_bias_gelu_16<__half>(x, bias, rows, cols, stream);
+  }
+}
 
 void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;

@@ -34,6 +34,48 @@ bool parse_precision(std::string_view name, Precision* out) {
   return true;
 }
 
+float* Act::f32() const {
+  LTM_ASSERT(type == Precision::kF32, "fp32 activations expected, got ", precision_name(type));
+  return static_cast<float*>(data);
+}
+
+void Backend::matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
+                         float beta, const float* bias, Epilogue epilogue) {
+  matmul(a.f32(), w, c.f32(), m, n, k, beta);
+  if (epilogue == Epilogue::kBias) add_bias(c.f32(), bias, m, n);
+  if (epilogue == Epilogue::kBiasGelu) bias_gelu(c.f32(), bias, m, n);
+}
+
+void Backend::layer_norm_act(const float* x, const float* gamma, const float* beta, Act y,
+                             int64_t rows, int64_t cols, float eps) {
+  layer_norm(x, gamma, beta, y.f32(), rows, cols, eps);
+}
+
+void Backend::add_bias_residual_layer_norm_act(float* x, float* residual, const float* bias,
+                                               const float* gamma, const float* beta, Act y,
+                                               int64_t rows, int64_t cols, float eps) {
+  add_bias_residual_layer_norm(x, residual, bias, gamma, beta, y.f32(), rows, cols, eps);
+}
+
+void Backend::add_bias_act(Act x, const float* bias, int64_t rows, int64_t cols) {
+  add_bias(x.f32(), bias, rows, cols);
+}
+
+void Backend::bias_gelu_act(Act x, const float* bias, int64_t rows, int64_t cols) {
+  bias_gelu(x.f32(), bias, rows, cols);
+}
+
+void Backend::act_to_f32(Act x, float* out, int64_t n) {
+  // fp32 already: a device-to-device copy through the host would be wasteful, but no fp32
+  // caller needs it (the model widens only 16-bit activations).
+  float* src = x.f32();
+  if (src == out || n <= 0) return;
+  fill_zero(out, static_cast<size_t>(n) * sizeof(float));
+  add(out, src, n);
+}
+
+void Backend::add_f32_to_act(Act x, const float* y, int64_t n) { add(x.f32(), y, n); }
+
 DeviceBuffer Backend::alloc_weight(int64_t k, int64_t n, Precision p) {
   LTM_ASSERT(p == Precision::kF32, describe(), " holds f32 weights only, not ", precision_name(p));
   return alloc(static_cast<size_t>(k * n) * sizeof(float));

@@ -20,8 +20,9 @@
 
 namespace ltm {
 
-// Element type of a weight matrix or of the KV cache as a backend holds it. Activations,
-// biases, norms and accumulation are fp32 whatever this is.
+// Element type of a weight matrix, of the KV cache or of the activations between ops as a
+// backend holds them. Biases, norms, the residual stream and accumulation are fp32 whatever this
+// is (see Backend::activation_precision).
 enum class Precision : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 size_t precision_size(Precision p);       // 4, 2, 2
 const char* precision_name(Precision p);  // "f32", "bf16", "fp16"
@@ -55,6 +56,26 @@ class DeviceBuffer {
   Precision precision_ = Precision::kF32;
 };
 
+// Activations in device memory with their element type: fp32, or 16-bit on a backend whose
+// activation_precision() says so. A plain (pointer, type) pair, copied freely.
+struct Act {
+  void* data = nullptr;
+  Precision type = Precision::kF32;
+  Act() = default;
+  Act(void* d, Precision t) : data(d), type(t) {}
+  Act(float* d) : data(d), type(Precision::kF32) {}  // NOLINT: fp32 activations convert freely
+  // The element `elems` elements further on.
+  Act at(int64_t elems) const {
+    return Act(static_cast<char*>(data) + elems * static_cast<int64_t>(precision_size(type)), type);
+  }
+  // The fp32 pointer (aborts when the elements are 16-bit: a caller that only handles fp32).
+  float* f32() const;
+};
+
+// What a GEMM does to its result before storing it (Backend::matmul_act): nothing, + bias, or
+// gelu_tanh(. + bias). A backend may fuse it into the GEMM (cuBLASLt epilogues).
+enum class Epilogue : uint8_t { kNone = 0, kBias = 1, kBiasGelu = 2 };
+
 // Metadata of one forward step's attention, already on the device (Backend::stage_i32; see
 // Model::run_stage). The arrays are device pointers only; the scalars are host-side hints.
 // Sequence s owns the batch rows [token_offsets[s], token_offsets[s+1]): its new tokens,
@@ -75,6 +96,7 @@ struct AttentionArgs {
   int head_dim = 0;            // d_k
   int block_size = 0;          // tokens per KV block
   Precision kv = Precision::kF32;  // element type of the K and V caches
+  Precision act = Precision::kF32;  // element type of qkv and out (activation_precision())
 };
 
 enum class BackendKind { kCpu, kCuda, kDevsim };
@@ -114,6 +136,15 @@ class Backend {
   // Whether this backend holds weights and KV caches of these element types.
   virtual bool supports(Precision weights, Precision kv) const {
     return weights == Precision::kF32 && kv == Precision::kF32;
+  }
+  // The element type the model keeps its activations in between ops (LayerNorm outputs, QKV,
+  // attention output, MLP intermediate) when the weights are `weights`: what the *_act ops and
+  // attention read and write. fp32 unless the backend computes in 16 bits (CUDA with bf16 or fp16
+  // weights). The residual stream (`hidden`), TP partial sums and logits stay fp32 whatever this
+  // is. A backend that returns a 16-bit type here implements every *_act op for it.
+  virtual Precision activation_precision(Precision weights) const {
+    (void)weights;
+    return Precision::kF32;
   }
   // Whether its attention kernels take heads of `head_dim` (= n_embd / n_head); the largest
   // they take otherwise, so a config is refused at load, naming it, not at the first step.
@@ -237,15 +268,39 @@ class Backend {
   // dst[i, :] = src[rows[i], :].
   virtual void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
                            int64_t d) = 0;
-  // Writes each new token's K and V (from the fused qkv rows [n_tokens, 3 * n_head * d_k])
-  // into the paged cache ([n_blocks, n_head, block_size, d_k] each, elements of args.kv) at its
-  // slot.
-  virtual void kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+  // Writes each new token's K and V (from the fused qkv rows [n_tokens, 3 * n_head * d_k],
+  // elements of args.act) into the paged cache ([n_blocks, n_head, block_size, d_k] each,
+  // elements of args.kv) at its slot.
+  virtual void kv_cache_write(const AttentionArgs& args, const void* qkv, void* k_cache,
                               void* v_cache) = 0;
   // out[t, h*d_k ...] = causal softmax(q k^T / sqrt(d_k)) v over the sequence's cached keys.
-  // q is read from qkv (the first n_head * d_k columns of each row).
-  virtual void paged_attention(const AttentionArgs& args, const float* qkv, const void* k_cache,
-                               const void* v_cache, float* out) = 0;
+  // q is read from qkv (the first n_head * d_k columns of each row); qkv and out hold elements
+  // of args.act, the arithmetic is fp32.
+  virtual void paged_attention(const AttentionArgs& args, const void* qkv, const void* k_cache,
+                               const void* v_cache, void* out) = 0;
+
+  // --- ops on activations of activation_precision() (Act) ---
+  // The defaults take fp32 activations only (they abort on a 16-bit Act) and run the fp32 ops
+  // above in the order the model ran them before these existed, so a backend that keeps fp32
+  // activations computes the same bits either way.
+  // C[m, n] = epilogue(A[m, k] @ W + beta * C) for a weight from upload_weight(w, k, n); bias
+  // [n] fp32 (null for kNone). Accumulation is fp32; C is rounded to its type once.
+  virtual void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
+                          float beta, const float* bias, Epilogue epilogue);
+  // layer_norm() with y of another type (x fp32; y must not alias x when 16-bit).
+  virtual void layer_norm_act(const float* x, const float* gamma, const float* beta, Act y,
+                              int64_t rows, int64_t cols, float eps);
+  // add_bias_residual_layer_norm() with y of another type.
+  virtual void add_bias_residual_layer_norm_act(float* x, float* residual, const float* bias,
+                                                const float* gamma, const float* beta, Act y,
+                                                int64_t rows, int64_t cols, float eps);
+  // add_bias() and bias_gelu() on activations of another type (bias fp32).
+  virtual void add_bias_act(Act x, const float* bias, int64_t rows, int64_t cols);
+  virtual void bias_gelu_act(Act x, const float* bias, int64_t rows, int64_t cols);
+  // out[i] = x[i] widened to fp32, i < n (a copy for fp32).
+  virtual void act_to_f32(Act x, float* out, int64_t n);
+  // x[i] += y[i] (rounded to x's type), i < n.
+  virtual void add_f32_to_act(Act x, const float* y, int64_t n);
 };
 
 // The CPU backend with `n_threads` threads for OpenBLAS and the kernels (0: all cores).

@@ -164,13 +164,16 @@ void CpuBackend::gather_rows(const float* src, const int32_t* rows, float* dst, 
                              int64_t d) {
   kernels::cpu::gather_rows(src, rows, dst, n, d);
 }
-void CpuBackend::kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache,
+void CpuBackend::kv_cache_write(const AttentionArgs& a, const void* qkv, void* k_cache,
                                 void* v_cache) {
-  kernels::cpu::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
-                               a.block_size, kernel_type(a.kv), k_cache, v_cache);
+  LTM_ASSERT(a.act == Precision::kF32, "the CPU backend keeps fp32 activations");
+  kernels::cpu::kv_cache_write(static_cast<const float*>(qkv), a.slot_mapping, a.n_tokens,
+                               a.n_head, a.head_dim, a.block_size, kernel_type(a.kv), k_cache,
+                               v_cache);
 }
-void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache,
-                                 const void* v_cache, float* out) {
+void CpuBackend::paged_attention(const AttentionArgs& a, const void* qkv, const void* k_cache,
+                                 const void* v_cache, void* out) {
+  LTM_ASSERT(a.act == Precision::kF32, "the CPU backend keeps fp32 activations");
   LTM_ASSERT(a.head_dim <= 512, "head_dim ", a.head_dim, " > 512 is not supported on CPU");
   kernels::cpu::PagedAttentionShape shape{a.n_seqs,
                                           a.n_head,
@@ -181,7 +184,8 @@ void CpuBackend::paged_attention(const AttentionArgs& a, const float* qkv, const
                                           a.context_lens,
                                           a.block_tables,
                                           kernel_type(a.kv)};
-  kernels::cpu::paged_attention(shape, qkv, k_cache, v_cache, out);
+  kernels::cpu::paged_attention(shape, static_cast<const float*>(qkv), k_cache, v_cache,
+                                static_cast<float*>(out));
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {

@@ -18,12 +18,16 @@
 //
 // 16-bit weights and KV caches (--weight-dtype / --kv-dtype bf16 or fp16): weights are stored
 // [k, n] in 16 bits (rounded to nearest even on the host as they are written) and multiplied by
-// cuBLASLt on tensor cores with float32 accumulation (cuda_lt_gemm.h); the float32 activations are
-// rounded to the weight type first, into a scratch buffer (one extra pass over the activations,
-// 6 bytes per element, small beside the weights for decode; the Backend ops take float* so
-// activations between ops stay float32). The embedding table is 16-bit too (embed() converts
-// rows, lm_head() is a cuBLASLt GEMM). KV caches of 16-bit elements are written and read by the
-// attention kernels directly (kernels/cuda/attention.h), halving decode's cache traffic.
+// cuBLASLt on tensor cores with float32 accumulation (cuda_lt_gemm.h). With 16-bit weights the
+// activations between ops are 16-bit too (activation_precision(): the weights' type): LayerNorm
+// writes them rounded once, the GEMMs read them as they are and write their result rounded once
+// (bias, and bias + GELU, in cuBLASLt's epilogue), attention reads Q and writes its output in
+// them; every sum, norm statistic and softmax is float32. The residual stream (`hidden`), TP
+// partial sums and the logits stay float32 (docs/architecture.md says why). LTM_CUDA_F32_ACT=1
+// keeps float32 activations (each 16-bit GEMM then rounds its input into a scratch buffer first),
+// for comparisons. The embedding table is 16-bit too (embed() converts rows, lm_head() is a
+// cuBLASLt GEMM). KV caches of 16-bit elements are written and read by the attention kernels
+// directly (kernels/cuda/attention.h), halving decode's cache traffic.
 //
 // Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
 // that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
@@ -36,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -128,10 +133,12 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, const cudaDeviceProp& prop)
       : device_(device), ctx_(std::make_shared<StreamContext>(device)) {
     allow_tf32_ = env_flag("LTM_CUDA_TF32");
+    f32_activations_ = env_flag("LTM_CUDA_F32_ACT");
     name_ = absl::StrCat("cuda:", device, " (", prop.name, ", ",
                          prop.totalGlobalMem / (size_t{1} << 30), " GiB, sm_", prop.major,
                          prop.minor, ", cuBLAS fp32", allow_tf32_ ? " TF32" : "",
-                         ", cuBLASLt bf16/fp16)");
+                         ", cuBLASLt bf16/fp16", f32_activations_ ? ", fp32 activations" : "",
+                         ")");
     // Keep freed pool memory cached instead of returning it to the driver at each sync.
     cudaMemPool_t pool;
     LTM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -159,6 +166,10 @@ class CudaBackend final : public Backend {
   std::string describe() const override { return name_; }
   // f32, bf16 and fp16 weights and caches, in any combination.
   bool supports(Precision, Precision) const override { return true; }
+  // 16-bit weights: activations of the same type (cuBLASLt multiplies two operands of one type).
+  Precision activation_precision(Precision weights) const override {
+    return f32_activations_ ? Precision::kF32 : weights;
+  }
   int64_t device_memory_bytes() const override {
     size_t free_bytes = 0, total_bytes = 0;
     cudaSetDevice(device_);
@@ -240,23 +251,26 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BackendGraph> capture(const std::function<void()>& ops) override {
     LTM_ASSERT(!capturing_, "CUDA backend: capture() inside a capture");
     use_device(device_);
-    // The scratch that ops grow lazily (attention workspace, 16-bit activations) is the
-    // graphs' own, not the eager steps': every graph keeps the buffers it recorded, so no later
-    // step may reallocate them. The graphs share it (they run one at a time on the stream): the
-    // eager run grows it when this graph needs more, and older graphs keep the smaller ones.
-    DeviceBuffer eager_workspace = std::exchange(workspace_, view(graph_workspace_));
-    DeviceBuffer eager_act16 = std::exchange(act16_, view(graph_act16_));
+    // The scratch that ops grow lazily (scratch_buffers(): attention workspace, 16-bit
+    // activations and biases) is the graphs' own, not the eager steps': every graph keeps the
+    // buffers it recorded, so no later step may reallocate them. The graphs share it (they run
+    // one at a time on the stream): the eager run grows it when this graph needs more, and
+    // older graphs keep the smaller ones.
+    const std::array<DeviceBuffer*, kScratchBuffers> scratch = scratch_buffers();
+    std::array<DeviceBuffer, kScratchBuffers> eager;
+    for (size_t i = 0; i < scratch.size(); ++i)
+      eager[i] = std::exchange(*scratch[i], view(graph_scratch_[i]));
     ops();  // as usual: this step's results, and the scratch sized for it
     capturing_ = true;
     begin_stream_capture(ctx_->stream);
     ops();  // recorded, not run
     std::unique_ptr<CudaGraph> graph = end_stream_capture(ctx_->stream, device_);
     capturing_ = false;
-    keep_grown(workspace_, graph_workspace_);
-    keep_grown(act16_, graph_act16_);
-    graph->scratch = {graph_workspace_, graph_act16_};
-    workspace_ = std::move(eager_workspace);
-    act16_ = std::move(eager_act16);
+    for (size_t i = 0; i < scratch.size(); ++i) {
+      keep_grown(*scratch[i], graph_scratch_[i]);
+      graph->scratch.push_back(graph_scratch_[i]);
+      *scratch[i] = std::move(eager[i]);
+    }
     return graph;
   }
   void replay(BackendGraph& graph) override {
@@ -359,15 +373,80 @@ class CudaBackend final : public Backend {
   }
   void layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
                   int64_t cols, float eps) override {
-    use_device(device_);
-    kernels::cuda::layer_norm(x, gamma, beta, y, rows, cols, eps, ctx_->stream);
+    layer_norm_act(x, gamma, beta, y, rows, cols, eps);
   }
   void add_bias_residual_layer_norm(float* x, float* residual, const float* bias,
                                     const float* gamma, const float* beta, float* y, int64_t rows,
                                     int64_t cols, float eps) override {
+    add_bias_residual_layer_norm_act(x, residual, bias, gamma, beta, y, rows, cols, eps);
+  }
+
+  // --- activations of activation_precision() ---
+  // C = epilogue(A W + beta C): one cuBLASLt GEMM with the epilogue fused where cuBLASLt has an
+  // algorithm for it, else the GEMM and then the epilogue as a kernel.
+  void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
+                  float beta, const float* bias, Epilogue epilogue) override {
+    const Precision wp = w.precision();
+    if (m <= 0 || n <= 0) return;
+    // fp32 weights (fp32 activations), or the degenerate k = 0 (C = beta C, fp32 only).
+    if (wp == Precision::kF32 || k <= 0)
+      return Backend::matmul_act(a, w, c, m, n, k, beta, bias, epilogue);
+    LTM_ASSERT((a.type == Precision::kF32 || a.type == wp) &&
+                   (c.type == Precision::kF32 || c.type == wp),
+               "matmul of ", precision_name(wp), " weights: activations ", precision_name(a.type),
+               " -> ", precision_name(c.type), " (each must be f32 or the weights' type)");
+    LTM_ASSERT(epilogue == Epilogue::kNone || bias != nullptr, "bias epilogue without a bias");
     use_device(device_);
-    kernels::cuda::add_bias_residual_layer_norm(x, residual, bias, gamma, beta, y, rows, cols, eps,
-                                                ctx_->stream);
+    const void* a16 = a.type == wp ? a.data : activations_16(a.f32(), m * k, wp);
+    const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : lt_type(wp);
+    if (epilogue != Epilogue::kNone) {
+      // cuBLASLt's bias is of D's type: a 16-bit D gets the bias rounded into bias16_.
+      const void* b = bias;
+      if (c.type != Precision::kF32) {
+        const size_t need = static_cast<size_t>(n) * 2;
+        if (need > bias16_.bytes()) bias16_ = alloc(std::max(need, bias16_.bytes() * 2));
+        kernels::cuda::convert_from_f32(bias, bias16_.data(), elem_type(wp), n, ctx_->stream);
+        b = bias16_.data();
+      }
+      const LtEpilogue e =
+          epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
+      if (lt_->run(w.data(), /*a_trans=*/false, a16, c.data, d_type, n, m, k, lt_type(wp), beta,
+                   e, b, ctx_->stream))
+        return;
+    }
+    lt_->run(w.data(), /*a_trans=*/false, a16, c.data, d_type, n, m, k, lt_type(wp), beta,
+             LtEpilogue::kNone, nullptr, ctx_->stream);
+    if (epilogue == Epilogue::kBias) add_bias_act(c, bias, m, n);
+    if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
+  }
+  void layer_norm_act(const float* x, const float* gamma, const float* beta, Act y, int64_t rows,
+                      int64_t cols, float eps) override {
+    use_device(device_);
+    kernels::cuda::layer_norm(x, gamma, beta, y.data, elem_type(y.type), rows, cols, eps,
+                              ctx_->stream);
+  }
+  void add_bias_residual_layer_norm_act(float* x, float* residual, const float* bias,
+                                        const float* gamma, const float* beta, Act y,
+                                        int64_t rows, int64_t cols, float eps) override {
+    use_device(device_);
+    kernels::cuda::add_bias_residual_layer_norm(x, residual, bias, gamma, beta, y.data,
+                                                elem_type(y.type), rows, cols, eps, ctx_->stream);
+  }
+  void add_bias_act(Act x, const float* bias, int64_t rows, int64_t cols) override {
+    use_device(device_);
+    kernels::cuda::add_bias(x.data, elem_type(x.type), bias, rows, cols, ctx_->stream);
+  }
+  void bias_gelu_act(Act x, const float* bias, int64_t rows, int64_t cols) override {
+    use_device(device_);
+    kernels::cuda::bias_gelu(x.data, elem_type(x.type), bias, rows, cols, ctx_->stream);
+  }
+  void act_to_f32(Act x, float* out, int64_t n) override {
+    use_device(device_);
+    kernels::cuda::convert_to_f32(x.data, elem_type(x.type), out, n, ctx_->stream);
+  }
+  void add_f32_to_act(Act x, const float* y, int64_t n) override {
+    use_device(device_);
+    kernels::cuda::add(x.data, elem_type(x.type), y, n, ctx_->stream);
   }
   void embedding(const int32_t* ids, const float* table, int64_t row_begin, int64_t row_end,
                  float* out, int64_t n_tokens, int64_t d) override {
@@ -384,14 +463,15 @@ class CudaBackend final : public Backend {
     use_device(device_);
     kernels::cuda::gather_rows(src, rows, dst, n, d, ctx_->stream);
   }
-  void kv_cache_write(const AttentionArgs& a, const float* qkv, void* k_cache,
+  void kv_cache_write(const AttentionArgs& a, const void* qkv, void* k_cache,
                       void* v_cache) override {
     use_device(device_);
-    kernels::cuda::kv_cache_write(qkv, a.slot_mapping, a.n_tokens, a.n_head, a.head_dim,
-                                  a.block_size, k_cache, v_cache, elem_type(a.kv), ctx_->stream);
+    kernels::cuda::kv_cache_write(qkv, elem_type(a.act), a.slot_mapping, a.n_tokens, a.n_head,
+                                  a.head_dim, a.block_size, k_cache, v_cache, elem_type(a.kv),
+                                  ctx_->stream);
   }
-  void paged_attention(const AttentionArgs& a, const float* qkv, const void* k_cache,
-                       const void* v_cache, float* out) override {
+  void paged_attention(const AttentionArgs& a, const void* qkv, const void* k_cache,
+                       const void* v_cache, void* out) override {
     if (a.n_tokens == 0) return;
     // The kernels size their grids from these host hints; a stale hint would drop rows silently.
     LTM_ASSERT(a.max_new_tokens >= 1 && a.max_new_tokens <= a.n_tokens &&
@@ -411,6 +491,7 @@ class CudaBackend final : public Backend {
     shape.context_lens = a.context_lens;
     shape.block_tables = a.block_tables;
     shape.kv = elem_type(a.kv);
+    shape.act = elem_type(a.act);
     const size_t need = kernels::cuda::paged_attention_workspace_bytes(shape);
     // Grows geometrically; the old buffer is freed in stream order, after the kernels using it.
     if (need > workspace_.bytes()) workspace_ = alloc(need * 2);
@@ -431,10 +512,12 @@ class CudaBackend final : public Backend {
   std::shared_ptr<StreamContext> ctx_;
   cublasHandle_t cublas_ = nullptr;
   bool allow_tf32_ = false;
+  bool f32_activations_ = false;  // LTM_CUDA_F32_ACT: fp32 activations with 16-bit weights
   std::string name_;
   DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
-  DeviceBuffer act16_;                   // activations rounded to 16 bits for lt_
+  DeviceBuffer act16_;                   // fp32 activations rounded to 16 bits for lt_
+  DeviceBuffer bias16_;                  // a bias rounded to 16 bits for a 16-bit epilogue
   std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
   // A buffer that does not own its memory, seen through `b` (empty when b is null).
   static DeviceBuffer view(const std::shared_ptr<DeviceBuffer>& b) {
@@ -446,7 +529,12 @@ class CudaBackend final : public Backend {
     if (used.empty() || (shared && used.data() == shared->data())) return;
     shared = std::make_shared<DeviceBuffer>(std::move(used));
   }
-  std::shared_ptr<DeviceBuffer> graph_workspace_, graph_act16_;  // the graphs' scratch
+  // Every buffer an op grows lazily and reuses across calls: a graph must own its own.
+  static constexpr size_t kScratchBuffers = 3;
+  std::array<DeviceBuffer*, kScratchBuffers> scratch_buffers() {
+    return {&workspace_, &act16_, &bias16_};
+  }
+  std::array<std::shared_ptr<DeviceBuffer>, kScratchBuffers> graph_scratch_;  // the graphs'
   // Graphs: while capture() records, no op may allocate, wait or copy host memory.
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
   void* cublas_workspace_ = nullptr;

@@ -331,7 +331,7 @@ void DevsimBackend::gather_rows(const float* src, const int32_t* rows, float* ds
   enqueue([=] { in->gather_rows(src, rows, dst, n, d); });
 }
 
-void DevsimBackend::kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+void DevsimBackend::kv_cache_write(const AttentionArgs& args, const void* qkv, void* k_cache,
                                    void* v_cache) {
   check(qkv, "kv_cache_write");
   check(k_cache, "kv_cache_write");
@@ -341,8 +341,8 @@ void DevsimBackend::kv_cache_write(const AttentionArgs& args, const float* qkv, 
   enqueue([=] { in->kv_cache_write(args, qkv, k_cache, v_cache); });
 }
 
-void DevsimBackend::paged_attention(const AttentionArgs& args, const float* qkv,
-                                    const void* k_cache, const void* v_cache, float* out) {
+void DevsimBackend::paged_attention(const AttentionArgs& args, const void* qkv,
+                                    const void* k_cache, const void* v_cache, void* out) {
   check(qkv, "paged_attention");
   check(k_cache, "paged_attention");
   check(v_cache, "paged_attention");

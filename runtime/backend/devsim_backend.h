@@ -102,10 +102,10 @@ class DevsimBackend final : public Backend {
                               int64_t n_tokens, int64_t d) override;
   void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
                    int64_t d) override;
-  void kv_cache_write(const AttentionArgs& args, const float* qkv, void* k_cache,
+  void kv_cache_write(const AttentionArgs& args, const void* qkv, void* k_cache,
                       void* v_cache) override;
-  void paged_attention(const AttentionArgs& args, const float* qkv, const void* k_cache,
-                       const void* v_cache, float* out) override;
+  void paged_attention(const AttentionArgs& args, const void* qkv, const void* k_cache,
+                       const void* v_cache, void* out) override;
 
  private:
   // The registry and the stream, shared with the buffers' deleters (a buffer may outlive us).

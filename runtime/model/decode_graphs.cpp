@@ -117,6 +117,7 @@ void DecodeGraphs::run(const StepInput& step) {
   a.head_dim = static_cast<int>(model_.config().head_dim());
   a.block_size = cache_.block_size();
   a.kv = cache_.precision();
+  a.act = model_.activation_precision();
   staged.token_ids = base + at.ids;
   staged.positions = base + at.positions;
   staged.lora = false;

@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
                                                    " does not hold weights of that type"));
   std::unique_ptr<Model> m(new Model(c, shard, backend, tp_comm));
   m->weight_precision_ = options.weights;
+  m->act_ = backend.activation_precision(options.weights);
   m->d_ = c.n_embd;
   m->head_dim_ = c.head_dim();
   m->layers_ = parallel::stage_layers(c.n_layer, c.vocab_size, c.n_embd, shard.pp, shard.pp_rank);
@@ -201,12 +202,12 @@ absl::Status Model::load_weights(const WeightSource& source) {
 void Model::ensure_workspace(Workspace& ws, int64_t n) {
   if (n <= ws.tokens) return;
   n = std::max<int64_t>(n, 16);
-  const size_t f = sizeof(float);
-  ws.ln_out = backend_.alloc(n * d_ * f);
-  ws.qkv = backend_.alloc(n * 3 * d_local_ * f);
-  ws.attn_out = backend_.alloc(n * d_local_ * f);
-  ws.proj_out = backend_.alloc(n * d_ * f);
-  ws.ff = backend_.alloc(n * d_ff_local_ * f);
+  const size_t a = precision_size(act_);
+  ws.ln_out = backend_.alloc(n * d_ * a);
+  ws.qkv = backend_.alloc(n * 3 * d_local_ * a);
+  ws.attn_out = backend_.alloc(n * d_local_ * a);
+  ws.proj_out = backend_.alloc(n * d_ * sizeof(float));
+  ws.ff = backend_.alloc(n * d_ff_local_ * a);
   ws.tokens = n;
 }
 
@@ -248,6 +249,7 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   upload_step(step);
   attn_args_.block_size = cache.block_size();
   attn_args_.kv = cache.precision();
+  attn_args_.act = act_;
   ensure_workspace(ws_, n);
   StagedStep staged;
   staged.attn = attn_args_;
@@ -270,10 +272,6 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
   Backend& b = backend_;
   const int32_t* ids = step.token_ids;
   const int32_t* pos = step.positions;
-  // LoRA products only on run_stage's steps (a graph's step has no adapter).
-  auto lora = [&](size_t l, LoraModule m, const float* x, float* out) {
-    if (step.lora) apply_lora(l, m, x, out);
-  };
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
@@ -282,12 +280,17 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
     b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
   }
 
-  float* ln = ws.ln_out.f32();
-  float* qkv = ws.qkv.f32();
-  float* attn = ws.attn_out.f32();
+  const Act ln(ws.ln_out.data(), act_), qkv(ws.qkv.data(), act_), attn(ws.attn_out.data(), act_),
+      ff(ws.ff.data(), act_);
   float* proj = ws.proj_out.f32();
-  float* ff = ws.ff.f32();
   const bool tp = shard_.tp > 1;
+  // Biases go into the GEMM's epilogue (fused on a GPU) unless a LoRA update must come between
+  // the product and the bias (the CPU order: product, LoRA, bias). LoRA only on run_stage's
+  // steps (a graph's step has no adapter; lora_runs_ may be an earlier step's).
+  const bool lora = step.lora && !lora_runs_.empty();
+  auto apply_lora = [&](size_t l, LoraModule m, Act x, Act out) {
+    if (lora) this->apply_lora(l, m, x, out);
+  };
   // Each residual block's end (bias, residual add) and the LayerNorm after it are one backend op
   // (add_bias_residual_layer_norm: one pass over hidden on a GPU); only the stage's first LN1 and
   // its last block's end stand alone.
@@ -295,38 +298,46 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
     const LayerWeights& w = layer_[l];
     const LayerWeights* next = l + 1 < layer_.size() ? &layer_[l + 1] : nullptr;
     // O = X + Attn(LN1(X))
-    if (l == 0) b.layer_norm(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
-    b.matmul(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f);  // column-parallel
-    lora(l, LoraModule::kAttnQkv, ln, qkv);
-    b.add_bias(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
-    b.kv_cache_write(args, qkv, cache.k(l), cache.v(l));
-    b.paged_attention(args, qkv, cache.k(l), cache.v(l), attn);
+    if (l == 0) b.layer_norm_act(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
+    // column-parallel
+    b.matmul_act(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f, lora ? nullptr : w.attn_qkv_b.f32(),
+                 lora ? Epilogue::kNone : Epilogue::kBias);
+    if (lora) {
+      apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
+      b.add_bias_act(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
+    }
+    b.kv_cache_write(args, qkv.data, cache.k(l), cache.v(l));
+    b.paged_attention(args, qkv.data, cache.k(l), cache.v(l), attn.data);
     if (tp) {
-      b.matmul(attn, w.attn_proj_w, proj, n, d, dl, 0.0f);  // row-parallel
-      lora(l, LoraModule::kAttnProj, attn, proj);            // partial update: summed below
+      b.matmul_act(attn, w.attn_proj_w, proj, n, d, dl, 0.0f, nullptr, Epilogue::kNone);
+      apply_lora(l, LoraModule::kAttnProj, attn, proj);  // partial update: summed below
       all_reduce(proj, n * d);
-    } else {
-      b.matmul(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f);  // residual in the GEMM
-      lora(l, LoraModule::kAttnProj, attn, hidden);
+    } else {  // residual in the GEMM
+      b.matmul_act(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f, nullptr, Epilogue::kNone);
+      apply_lora(l, LoraModule::kAttnProj, attn, hidden);
     }
     // H = O + FFN(LN2(O)): O's bias (and the TP partial sums), then LN2.
-    b.add_bias_residual_layer_norm(hidden, tp ? proj : nullptr, w.attn_proj_b.f32(),
-                                   w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
-    b.matmul(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f);  // column-parallel
-    lora(l, LoraModule::kMlpFc, ln, ff);
-    b.bias_gelu(ff, w.mlp_fc_b.f32(), n, dff);
+    b.add_bias_residual_layer_norm_act(hidden, tp ? proj : nullptr, w.attn_proj_b.f32(),
+                                       w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
+    // column-parallel; bias + GELU fused into the GEMM when no LoRA update comes between
+    b.matmul_act(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f, lora ? nullptr : w.mlp_fc_b.f32(),
+                 lora ? Epilogue::kNone : Epilogue::kBiasGelu);
+    if (lora) {
+      apply_lora(l, LoraModule::kMlpFc, ln, ff);
+      b.bias_gelu_act(ff, w.mlp_fc_b.f32(), n, dff);
+    }
     if (tp) {
-      b.matmul(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f);  // row-parallel
-      lora(l, LoraModule::kMlpProj, ff, proj);
+      b.matmul_act(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f, nullptr, Epilogue::kNone);
+      apply_lora(l, LoraModule::kMlpProj, ff, proj);
       all_reduce(proj, n * d);
     } else {
-      b.matmul(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f);
-      lora(l, LoraModule::kMlpProj, ff, hidden);
+      b.matmul_act(ff, w.mlp_proj_w, hidden, n, d, dff, 1.0f, nullptr, Epilogue::kNone);
+      apply_lora(l, LoraModule::kMlpProj, ff, hidden);
     }
     float* residual = tp ? proj : nullptr;
     if (next) {  // H's bias (and partial sums), then the next layer's LN1
-      b.add_bias_residual_layer_norm(hidden, residual, w.mlp_proj_b.f32(), next->ln_1_g.f32(),
-                                     next->ln_1_b.f32(), ln, n, d, eps);
+      b.add_bias_residual_layer_norm_act(hidden, residual, w.mlp_proj_b.f32(),
+                                         next->ln_1_g.f32(), next->ln_1_b.f32(), ln, n, d, eps);
     } else if (residual) {
       b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
@@ -398,7 +409,7 @@ void Model::plan_lora_runs(const StepInput& step) {
   }
 }
 
-void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
+void Model::apply_lora(size_t l, LoraModule m, Act x, Act out) {
   if (lora_runs_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (const LoraRun& run : lora_runs_) {
@@ -406,9 +417,34 @@ void Model::apply_lora(size_t l, LoraModule m, const float* x, float* out) {
     if (mw.rank == 0) continue;
     const int64_t rows = run.row1 - run.row0;
     float* t = lora_t_.f32();
+    // 16-bit activations: the fp32 GEMMs read x widened and write the update to fp32 scratch,
+    // which is then added into out (rounded once).
+    const float* x32 = nullptr;
+    if (x.type == Precision::kF32) {
+      x32 = x.f32() + run.row0 * mw.in;
+    } else {
+      const int64_t elems = rows * mw.in;
+      if (elems > lora_x32_elems_) {
+        lora_x32_ = backend_.alloc(static_cast<size_t>(elems) * sizeof(float));
+        lora_x32_elems_ = elems;
+      }
+      backend_.act_to_f32(x.at(run.row0 * mw.in), lora_x32_.f32(), elems);
+      x32 = lora_x32_.f32();
+    }
     // t = x A^T  [rows, r];  out += t B^T  [rows, out_local]  (B carries the scale)
-    backend_.gemm(x + run.row0 * mw.in, mw.a.f32(), t, rows, mw.rank, mw.in, true, 0.0f);
-    backend_.gemm(t, mw.b.f32(), out + run.row0 * mw.out, rows, mw.out, mw.rank, true, 1.0f);
+    backend_.gemm(x32, mw.a.f32(), t, rows, mw.rank, mw.in, true, 0.0f);
+    if (out.type == Precision::kF32) {
+      backend_.gemm(t, mw.b.f32(), out.f32() + run.row0 * mw.out, rows, mw.out, mw.rank, true,
+                    1.0f);
+    } else {
+      const int64_t elems = rows * mw.out;
+      if (elems > lora_y32_elems_) {
+        lora_y32_ = backend_.alloc(static_cast<size_t>(elems) * sizeof(float));
+        lora_y32_elems_ = elems;
+      }
+      backend_.gemm(t, mw.b.f32(), lora_y32_.f32(), rows, mw.out, mw.rank, true, 0.0f);
+      backend_.add_f32_to_act(out.at(run.row0 * mw.out), lora_y32_.f32(), elems);
+    }
   }
   lora_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -426,7 +462,7 @@ void Model::logits_from(const int32_t* rows, int64_t m, const float* hidden, flo
                         Workspace& ws) {
   if (m == 0) return;
   LTM_ASSERT(ws.tokens >= m, "logits of ", m, " rows in a workspace of ", ws.tokens);
-  float* x = ws.ln_out.f32();
+  float* x = ws.proj_out.f32();  // fp32 whatever act_ is: LN_f's rows go to lm_head as fp32
   backend_.gather_rows(hidden, rows, x, m, d_);
   backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
   // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).

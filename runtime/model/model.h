@@ -93,6 +93,9 @@ class Model {
   // Bytes of weights this rank holds (device memory).
   uint64_t weight_bytes() const { return weight_bytes_; }
   Precision weight_precision() const { return weight_precision_; }
+  // What the activations between ops are held in (Backend::activation_precision of the weights'
+  // type): fp32 on the CPU, bf16/fp16 on CUDA with 16-bit weights. `hidden` is fp32 regardless.
+  Precision activation_precision() const { return act_; }
   // Seconds this rank has spent in tensor-parallel all-reduces since load (0 with tp = 1).
   double allreduce_seconds() const { return allreduce_seconds_; }
 
@@ -119,17 +122,19 @@ class Model {
   void compute_logits(const StepInput& step, const float* hidden, float* logits);
 
   // --- the same forward pass on a step already on the device (decode graphs) ---
-  // Activation scratch of one forward pass, for up to `tokens` rows.
+  // Activation scratch of one forward pass, for up to `tokens` rows: elements of
+  // activation_precision() except proj_out (fp32: TP partial sums, all-reduced, and the final
+  // LayerNorm's rows).
   struct Workspace {
     int64_t tokens = 0;
     DeviceBuffer ln_out;    // [tokens, d]
     DeviceBuffer qkv;       // [tokens, 3 * d_local]
     DeviceBuffer attn_out;  // [tokens, d_local]
-    DeviceBuffer proj_out;  // [tokens, d]
+    DeviceBuffer proj_out;  // [tokens, d] fp32
     DeviceBuffer ff;        // [tokens, d_ff_local]
   };
   // A step's arrays on the device with its attention hints (AttentionArgs, n_head, head_dim,
-  // block_size and kv filled in), as run_stage stages them.
+  // block_size, kv and act filled in), as run_stage stages them.
   struct StagedStep {
     AttentionArgs attn;
     const int32_t* token_ids = nullptr;  // [n_tokens] device
@@ -158,7 +163,8 @@ class Model {
                            const LoraSlice* merge = nullptr);
   // out[rows of each adapter run] += x A^T B^T for module m of local layer l (x [n, in_local],
   // out [n, out_local]): two GEMMs per run of consecutive sequences with the same adapter.
-  void apply_lora(size_t l, LoraModule m, const float* x, float* out);
+  // x and out are activations (16-bit ones are widened, and the update rounded once into out).
+  void apply_lora(size_t l, LoraModule m, Act x, Act out);
   void plan_lora_runs(const StepInput& step);
   void upload_step(const StepInput& step);
   void all_reduce(float* data, int64_t count);
@@ -173,6 +179,7 @@ class Model {
   const LoraAdapter* merge_ = nullptr;  // during load only
   absl::Status merge_status_;           // the first merge that overflowed (load_tensor)
   Precision weight_precision_ = Precision::kF32;
+  Precision act_ = Precision::kF32;  // activations between ops (see activation_precision())
   double allreduce_seconds_ = 0;
 
   DeviceBuffer wte_;          // [vocab_local, d] (alloc_embedding)  first and last stage
@@ -188,6 +195,10 @@ class Model {
   std::vector<LoraRun> lora_runs_;  // this step's runs of rows with an adapter
   DeviceBuffer lora_t_;             // [n_tokens, max rank] x A^T
   int64_t lora_t_elems_ = 0;
+  // 16-bit activations only: x widened [n_tokens, max in_local] and the update [n_tokens, max
+  // out_local], fp32 (the LoRA GEMMs are fp32).
+  DeviceBuffer lora_x32_, lora_y32_;
+  int64_t lora_x32_elems_ = 0, lora_y32_elems_ = 0;
   double stage_seconds_ = 0, lora_seconds_ = 0;
 
   // Per-step metadata on the device, and its AttentionArgs.
