@@ -8,7 +8,9 @@
 //    bit (same shapes, same kernels; the attention split hint of a graph changes nothing for a
 //    sequence, see decode_graphs.h);
 //  - padded steps (3 sequences in a bucket of 4): cuBLAS may pick another algorithm for 4 rows
-//    than for 3, so within 1e-4 of the largest logit (f32) and 1e-2 (bf16);
+//    than for 3, so within 1e-4 of the largest logit (f32) and 3e-2 (bf16 weights, activations
+//    and cache: a different rounding of any 16-bit activation propagates; 3% is the whole-model
+//    bf16 tolerance of model_cuda_gpu_test);
 // and each step's max |graph - eager| is printed. 3 graphs are captured, 3 replays.
 #include <gtest/gtest.h>
 
@@ -77,7 +79,7 @@ TEST(Graphs, GraphReplayEqualsEagerF32) {
 }
 
 TEST(Graphs, GraphReplayEqualsEagerBf16) {
-  check_replays(Precision::kBF16, Precision::kBF16, 1e-2f);
+  check_replays(Precision::kBF16, Precision::kBF16, 3e-2f);
 }
 
 }  // namespace
