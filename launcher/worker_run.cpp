@@ -22,11 +22,13 @@
 #include "launcher/model_setup.h"
 #include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
+#ifndef LTM_GPU_ONLY  // the GPU-only build (cmake/gpu_only.cmake) has no front doors
 #include "runtime/serve/auth.h"
 #include "runtime/serve/descriptor_budget.h"
 #include "runtime/serve/grpc_server.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/loading_responder.h"
+#endif
 #include "runtime/sched/metrics.h"
 #include "runtime/model/npy.h"
 #include "runtime/sched/scheduler.h"
@@ -196,6 +198,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   return 0;
 }
 
+#ifndef LTM_GPU_ONLY
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal.store(sig); }
 
@@ -380,12 +383,22 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   return 0;
 }
 
+#endif  // LTM_GPU_ONLY
+
 }  // namespace
 
 int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action
   // (terminate) must not kill a rank that has no handler (only a serving rank 0 installs one).
   signal(SIGUSR1, SIG_IGN);
+#ifdef LTM_GPU_ONLY
+  if (!o.listen.empty() || !o.http.empty()) {
+    std::fprintf(stderr, "ltm-worker: this is the GPU-only build (-DLTM_GPU_ONLY=ON), which runs "
+                         "one-shot generation only; serving (--listen, --http) needs the full "
+                         "build (docs/operations.md)\n");
+    return 2;
+  }
+#else
   // A server's connections and MPI's links need more descriptors than the soft default
   // (runtime/serve/descriptor_budget.h); a cap that does not fit is refused before loading.
   const DescriptorLimit fds = raise_descriptor_limit();
@@ -409,6 +422,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       spdlog::warn("{}", std::string(l.status().message()));  // the front door says it again
     }
   }
+#endif  // LTM_GPU_ONLY
   absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
@@ -456,7 +470,9 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
                              "model folder, or --tokenizer DIR)\n");
         code = 2;
       } else {
+#ifndef LTM_GPU_ONLY
         code = serve(o, rs, *tokenizer, std::move(loading), descriptors);
+#endif
       }
     } else if (!o.perplexity.empty()) {
       code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);

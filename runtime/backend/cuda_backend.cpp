@@ -59,6 +59,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cuda_lt_gemm.h"
@@ -157,6 +158,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(ctx_->stream);
+    for (PinnedSlot& slot : pinned_) {
+      if (slot.event) cudaEventDestroy(slot.event);
+      if (slot.data) cudaFreeHost(slot.data);
+    }
     lt_.reset();
     cublasDestroy(cublas_);
     if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
@@ -220,6 +225,34 @@ class CudaBackend final : public Backend {
                " bytes of host memory while capturing a graph");
     use_device(device_);
     LTM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  }
+
+  // A step's host arrays (stage_i32, and the sample op's inputs in one piece) go through pinned
+  // memory: one asynchronous copy each, without the driver's pageable bounce. A ring of pinned
+  // slots, each reused only once the copy that last read it has completed (its event; in a
+  // steady state long before), so the caller's array may change at once, as with the default.
+  const void* stage_bytes(const void* host, size_t bytes, DeviceBuffer& staging) override {
+    const size_t need = std::max<size_t>(bytes, 1);
+    if (staging.bytes() < need) staging = alloc(std::max(need, staging.bytes() * 2));
+    if (bytes == 0) return staging.data();
+    use_device(device_);
+    PinnedSlot& slot = pinned_[next_pinned_];
+    next_pinned_ = (next_pinned_ + 1) % kPinnedSlots;
+    if (slot.event == nullptr) {
+      LTM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming));
+    } else {
+      LTM_CUDA_CHECK(cudaEventSynchronize(slot.event));  // its last copy has read it
+    }
+    if (slot.bytes < bytes) {
+      if (slot.data) LTM_CUDA_CHECK(cudaFreeHost(slot.data));
+      slot.bytes = std::max(bytes, slot.bytes * 2);
+      LTM_CUDA_CHECK(cudaMallocHost(&slot.data, slot.bytes));
+    }
+    std::memcpy(slot.data, host, bytes);
+    LTM_CUDA_CHECK(cudaMemcpyAsync(staging.data(), slot.data, bytes, cudaMemcpyHostToDevice,
+                                   ctx_->stream));
+    LTM_CUDA_CHECK(cudaEventRecord(slot.event, ctx_->stream));
+    return staging.data();
   }
 
   void copy_to_host(void* host, const void* src, size_t bytes) override {
@@ -470,6 +503,17 @@ class CudaBackend final : public Backend {
                                   a.head_dim, a.block_size, k_cache, v_cache, elem_type(a.kv),
                                   ctx_->stream);
   }
+  // The device sampler (kernels/cuda/sampling.h): the host sampler's tokens; its workspace
+  // grows to the largest batch seen and is then reused (no allocation in a steady state).
+  void sample_rows(const SampleRowsArgs& a) override {
+    if (a.rows <= 0) return;
+    use_device(device_);
+    const size_t need = kernels::cuda::sample_rows_workspace_bytes(a.vocab, a.rows);
+    if (need > sample_workspace_.bytes()) sample_workspace_ = alloc(need);
+    kernels::cuda::sample_rows(a, sample_workspace_.data(), sample_workspace_.bytes(),
+                               ctx_->stream);
+  }
+
   void paged_attention(const AttentionArgs& a, const void* qkv, const void* k_cache,
                        const void* v_cache, void* out) override {
     if (a.n_tokens == 0) return;
@@ -515,6 +559,15 @@ class CudaBackend final : public Backend {
   bool f32_activations_ = false;  // LTM_CUDA_F32_ACT: fp32 activations with 16-bit weights
   std::string name_;
   DeviceBuffer workspace_;  // attention scratch (decode partitions), reused across calls
+  DeviceBuffer sample_workspace_;  // sample_rows' scratch
+  struct PinnedSlot {
+    void* data = nullptr;  // cudaMallocHost
+    size_t bytes = 0;
+    cudaEvent_t event = nullptr;  // recorded after the copy that last read `data`
+  };
+  static constexpr int kPinnedSlots = 16;  // more than the arrays one step stages
+  PinnedSlot pinned_[kPinnedSlots];
+  int next_pinned_ = 0;
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
   DeviceBuffer act16_;                   // fp32 activations rounded to 16 bits for lt_
   DeviceBuffer bias16_;                  // a bias rounded to 16 bits for a 16-bit epilogue

@@ -354,6 +354,17 @@ void DevsimBackend::paged_attention(const AttentionArgs& args, const void* qkv,
   enqueue([=] { in->paged_attention(args, qkv, k_cache, v_cache, out); });
 }
 
+void DevsimBackend::sample_rows(const SampleRowsArgs& args) {
+  if (args.rows <= 0) return;
+  check(args.logits, "sample_rows");
+  check(args.params, "sample_rows");
+  check(args.history, "sample_rows");
+  check(args.tokens, "sample_rows");
+  check(args.logprobs, "sample_rows");
+  Backend* in = inner_.get();
+  enqueue([=] { in->sample_rows(args); });
+}
+
 std::unique_ptr<Backend> make_devsim_backend(int n_threads) {
   return std::make_unique<DevsimBackend>(n_threads);
 }

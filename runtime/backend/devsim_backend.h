@@ -12,7 +12,10 @@
 //     call (the CUDA driver stages pageable memory the same way);
 //   - asynchronous reads: copy_to_host fills the host destination with NaN at once and the copy
 //     lands only when the stream reaches it, so a host that reads before synchronize() sees the
-//     poison, not the answer (a sampler turns NaN logits into a failed row, loudly).
+//     poison, not the answer (a sampler turns NaN logits into a failed row, loudly; NaN bits
+//     read as a token id are an id far outside any vocab, which the engine refuses);
+//   - sampling on the device: sample_rows runs the host sampler on device buffers in stream
+//     order, so the engine's device sampling path (ids copied back, not logits) runs in CI;
 //   - graphs (capture/replay, as CUDA graphs): capture() runs the ops once as usual, then
 //     records them instead of queueing them (each op's closure holds the pointers and host
 //     scalars it was given, as a CUDA graph's nodes do) together with every device pointer they
@@ -106,6 +109,9 @@ class DevsimBackend final : public Backend {
                       void* v_cache) override;
   void paged_attention(const AttentionArgs& args, const void* qkv, const void* k_cache,
                        const void* v_cache, void* out) override;
+  // The host sampler (the CPU backend's op) on device buffers, when the stream gets there: the
+  // tokens read before synchronize() are poison (NaN bits, 0x7FC00000 as an id).
+  void sample_rows(const SampleRowsArgs& args) override;
 
  private:
   // The registry and the stream, shared with the buffers' deleters (a buffer may outlive us).

@@ -18,7 +18,7 @@
 #include "runtime/model/decode_graphs.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 #include "runtime/engine/step_engine.h"
 #include "runtime/engine/step_plan.h"
 
@@ -90,6 +90,9 @@ class Engine final : public StepEngine {
   std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits,
                                               std::vector<RowLogprobs>* logprobs);
   void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
+  // Last stage, tp 1: the backend's sample op on `device_logits` [rows, vocab_local].
+  void sample_on_backend(const StepPlan& plan, const float* device_logits,
+                         std::vector<SampleResult>* samples);
 
   Model& model_;
   Backend& backend_;
@@ -109,6 +112,10 @@ class Engine final : public StepEngine {
   const float* host_rows_ = nullptr;  // this step's logits on the host: logits_ itself on the CPU
   std::unique_ptr<DecodeGraphs> graphs_;  // null: every step eager
   bool graph_step_ = false;  // this step ran from a graph: its hidden and logits are graphs_'s
+  std::vector<unsigned char> sample_in_host_;  // sample_on_backend: params + histories (host)
+  DeviceBuffer sample_in_;                     // their device copy (Backend::stage_bytes)
+  DeviceBuffer sample_out_;                    // [rows] tokens, then [rows] logprobs
+  std::vector<unsigned char> host_samples_;    // what comes back of sample_out_
   double comm_seconds_ = 0;
   double idle_timeout_s_ = 0;
 };
