@@ -8,14 +8,23 @@
 #include <cstring>
 #include <memory>
 
+#ifndef LTM_SPDLOG_SUBSET  // the GPU-only build's stand-in (common/fallback/spdlog_subset.h)
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
+#else
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#endif
 
 namespace ltm {
 namespace {
 
 std::atomic<int> g_rank{-1};
 thread_local std::string t_request_id;
+std::atomic<bool> g_status_line{false};
+
+#ifndef LTM_SPDLOG_SUBSET
 
 // %* in the pattern: "HOST rRANK" and " req ID" while a LogRequestScope is alive.
 class ContextFlag : public spdlog::custom_flag_formatter {
@@ -39,8 +48,6 @@ class ContextFlag : public spdlog::custom_flag_formatter {
   }
 };
 
-std::atomic<bool> g_status_line{false};
-
 // stderr with colour or not; a log line first erases a status line drawn by a progress display.
 class StderrSink final : public spdlog::sinks::ansicolor_stderr_sink_mt {
  public:
@@ -51,6 +58,8 @@ class StderrSink final : public spdlog::sinks::ansicolor_stderr_sink_mt {
     Base::log(msg);
   }
 };
+
+#endif  // LTM_SPDLOG_SUBSET
 
 }  // namespace
 
@@ -79,6 +88,10 @@ bool stderr_is_terminal() {
   return term == nullptr || std::strcmp(term, "dumb") != 0;
 }
 
+#ifdef LTM_SPDLOG_SUBSET
+// Without spdlog: the same line shape, "[time] [host rank (req id)] [level] message", on stderr.
+void log_to_stderr() {}
+#else
 void log_to_stderr() {
   if (spdlog::get("ltm") != nullptr) return;
   const auto mode = stderr_is_terminal() ? spdlog::color_mode::always : spdlog::color_mode::never;
@@ -89,6 +102,7 @@ void log_to_stderr() {
   logger->set_formatter(std::move(formatter));
   spdlog::set_default_logger(std::move(logger));
 }
+#endif
 
 void set_log_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
 
@@ -104,3 +118,35 @@ LogRequestScope::LogRequestScope(std::string_view request_id) : previous_(t_requ
 LogRequestScope::~LogRequestScope() { t_request_id = std::move(previous_); }
 
 }  // namespace ltm
+
+#ifdef LTM_SPDLOG_SUBSET
+namespace ltm::fallback::spdlog_subset {
+
+void log_line(level::level_enum l, const std::string& message) {
+  static const char* const kNames[] = {"trace", "debug",    "info", "warning",
+                                       "error", "critical", "off"};
+  static const char* const kColours[] = {"\033[37m", "\033[36m", "\033[32m", "\033[33;1m",
+                                         "\033[31;1m", "\033[1;41m", ""};
+  static std::mutex mu;
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char when[32];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+  int rank = ltm::g_rank.load(std::memory_order_relaxed);
+  if (rank < 0) rank = ltm::launcher_rank();
+  std::string context = ltm::log_host() + " r" + std::to_string(rank);
+  if (!ltm::t_request_id.empty()) context += " req " + ltm::t_request_id;
+  static const bool colour = ltm::stderr_is_terminal();
+  const int li = static_cast<int>(l);
+  std::lock_guard<std::mutex> lock(mu);
+  if (ltm::g_status_line.exchange(false)) std::fputs("\r\033[K", stderr);
+  std::fprintf(stderr, "[%s.%03d] [%s] [%s%s%s] %s\n", when, ms, context.c_str(),
+               colour ? kColours[li] : "", kNames[li], colour ? "\033[0m" : "", message.c_str());
+}
+
+}  // namespace ltm::fallback::spdlog_subset
+#endif

@@ -1,4 +1,4 @@
-// The sampler and its logits processors (runtime/engine/sampler.h) on arbitrary logits rows (NaN
+// The sampler and its logits processors (runtime/sampling/sampler.h) on arbitrary logits rows (NaN
 // of either sign, +-inf, denormals, all equal, huge and tiny values) with arbitrary parameters
 // that validate() accepts. Checks that nothing aborts, that a row fails exactly when row_is_bad()
 // says so, that an accepted row gives a token inside the row that is not a -inf logit, that the
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 namespace {
 

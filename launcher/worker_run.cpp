@@ -22,11 +22,13 @@
 #include "launcher/model_setup.h"
 #include "launcher/perplexity.h"
 #include "parallel/group_abort.h"
+#ifndef LTM_GPU_ONLY  // the GPU-only build (cmake/gpu_only.cmake) has no front doors
 #include "runtime/serve/auth.h"
 #include "runtime/serve/descriptor_budget.h"
 #include "runtime/serve/grpc_server.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/loading_responder.h"
+#endif
 #include "runtime/sched/metrics.h"
 #include "runtime/model/npy.h"
 #include "runtime/sched/scheduler.h"
@@ -172,6 +174,9 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
                    {"kv_dtype", precision_name(rs.kv_precision)},
                    {"backend", rs.backend->describe()}};
     j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
+    // Rank 0's decode graphs (--cuda-graphs): captured once per padded batch size, then replayed.
+    j["decode_graphs"] = {{"captured", rs.engine->decode_graphs()},
+                          {"replays", rs.engine->decode_graph_replays()}};
     // Rank 0's memory at the end of the run (its peak covers the whole generation), and every
     // rank's as it stood once loaded.
     j["memory"] = {{"weight_bytes", rs.weight_bytes},
@@ -193,6 +198,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   return 0;
 }
 
+#ifndef LTM_GPU_ONLY
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal.store(sig); }
 
@@ -377,12 +383,22 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   return 0;
 }
 
+#endif  // LTM_GPU_ONLY
+
 }  // namespace
 
 int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action
   // (terminate) must not kill a rank that has no handler (only a serving rank 0 installs one).
   signal(SIGUSR1, SIG_IGN);
+#ifdef LTM_GPU_ONLY
+  if (!o.listen.empty() || !o.http.empty()) {
+    std::fprintf(stderr, "ltm-worker: this is the GPU-only build (-DLTM_GPU_ONLY=ON), which runs "
+                         "one-shot generation only; serving (--listen, --http) needs the full "
+                         "build (docs/operations.md)\n");
+    return 2;
+  }
+#else
   // A server's connections and MPI's links need more descriptors than the soft default
   // (runtime/serve/descriptor_budget.h); a cap that does not fit is refused before loading.
   const DescriptorLimit fds = raise_descriptor_limit();
@@ -406,6 +422,7 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
       spdlog::warn("{}", std::string(l.status().message()));  // the front door says it again
     }
   }
+#endif  // LTM_GPU_ONLY
   absl::StatusOr<std::unique_ptr<RankSetup>> setup = setup_rank(o, argc, argv);
   if (!setup.ok()) {
     std::fprintf(stderr, "ltm-worker: %s\n", std::string(setup.status().message()).c_str());
@@ -453,7 +470,9 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
                              "model folder, or --tokenizer DIR)\n");
         code = 2;
       } else {
+#ifndef LTM_GPU_ONLY
         code = serve(o, rs, *tokenizer, std::move(loading), descriptors);
+#endif
       }
     } else if (!o.perplexity.empty()) {
       code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);

@@ -22,5 +22,10 @@ void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_
 
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
 int blas_threads() { return openblas_get_num_threads(); }
+#ifdef LTM_CBLAS_SUBSET
+const char* blas_name() { return "plain C++ BLAS"; }
+#else
+const char* blas_name() { return "OpenBLAS"; }
+#endif
 
 }  // namespace ltm::kernels::cpu

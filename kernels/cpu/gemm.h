@@ -11,5 +11,7 @@ void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_
 // Threads OpenBLAS may use (process-wide).
 void set_blas_threads(int n);
 int blas_threads();
+// The BLAS behind gemm: "OpenBLAS", or the GPU-only build's plain loops (common/fallback/).
+const char* blas_name();
 
 }  // namespace ltm::kernels::cpu

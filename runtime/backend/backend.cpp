@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -105,10 +106,57 @@ const void* Backend::read_on_host(const void* src, size_t bytes,
 }
 
 const int32_t* Backend::stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging) {
-  const size_t bytes = std::max<size_t>(n, 1) * sizeof(int32_t);
-  if (staging.bytes() < bytes) staging = alloc(std::max(bytes, staging.bytes() * 2));
-  copy_to_device(staging.data(), host, n * sizeof(int32_t));
-  return staging.i32();
+  return static_cast<const int32_t*>(stage_bytes(host, n * sizeof(int32_t), staging));
+}
+
+const void* Backend::stage_bytes(const void* host, size_t bytes, DeviceBuffer& staging) {
+  const size_t need = std::max<size_t>(bytes, 1);
+  if (staging.bytes() < need) staging = alloc(std::max(need, staging.bytes() * 2));
+  copy_to_device(staging.data(), host, bytes);
+  return staging.data();
+}
+
+void Backend::sample_rows(const SampleRowsArgs& a) {
+  if (a.rows <= 0) return;
+  std::vector<unsigned char> params_bytes, logits_bytes, history_bytes;
+  const size_t m = static_cast<size_t>(a.rows);
+  const auto* params = static_cast<const SampleRowParams*>(
+      read_on_host(a.params, m * sizeof(SampleRowParams), params_bytes));
+  std::vector<SampleRowParams> host_params(params, params + m);
+  int64_t history = 0;
+  for (const SampleRowParams& p : host_params)
+    if (p.history_count > 0)
+      history = std::max<int64_t>(history, int64_t{p.history_offset} + p.history_count);
+  SampleRowsArgs h = a;
+  h.params = host_params.data();
+  const size_t logit_floats = (m - 1) * static_cast<size_t>(a.stride) + a.vocab;
+  std::vector<float> logits(logit_floats);
+  std::memcpy(logits.data(), read_on_host(a.logits, logit_floats * sizeof(float), logits_bytes),
+              logit_floats * sizeof(float));
+  h.logits = logits.data();
+  std::vector<int32_t> ids(static_cast<size_t>(history));
+  if (history > 0) {
+    std::memcpy(ids.data(), read_on_host(a.history, ids.size() * 4, history_bytes),
+                ids.size() * 4);
+    h.history = ids.data();
+  }
+  std::vector<int32_t> tokens(m);
+  std::vector<float> logprobs(a.logprobs ? m : 0);
+  h.tokens = tokens.data();
+  h.logprobs = a.logprobs ? logprobs.data() : nullptr;
+  sample_rows_host(h, host_threads());
+  copy_to_device(a.tokens, tokens.data(), m * sizeof(int32_t));
+  if (a.logprobs) copy_to_device(a.logprobs, logprobs.data(), m * sizeof(float));
+  synchronize();  // the host vectors go out of scope
+}
+
+std::unique_ptr<BackendGraph> Backend::capture(const std::function<void()>&) {
+  LTM_ASSERT(false, "capture() on ", describe(), ", which has no graphs (supports_graphs())");
+  return nullptr;
+}
+
+void Backend::replay(BackendGraph&) {
+  LTM_ASSERT(false, "replay() on ", describe(), ", which has no graphs (supports_graphs())");
 }
 
 #ifndef LTM_CUDA_PLUGIN

@@ -12,10 +12,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 #include <string_view>
+
+#include "runtime/sampling/sample_rows.h"
 
 namespace ltm {
 
@@ -100,6 +103,13 @@ struct AttentionArgs {
 
 enum class BackendKind { kCpu, kCuda, kDevsim };
 
+// Ops captured once and replayed (Backend::capture): a CUDA graph, or the emulated device's
+// recorded queue. Owns the scratch memory its ops use. Must not outlive its backend.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -173,6 +183,9 @@ class Backend {
   // the CPU backend, whose device memory is host memory, returns `host` itself. Either way the
   // host array must stay unchanged until the step's ops have run.
   virtual const int32_t* stage_i32(const int32_t* host, size_t n, DeviceBuffer& staging);
+  // The same for `bytes` of any plain data (a batch's SampleRowParams and history ids): one
+  // copy; the device copy is aligned for any scalar type.
+  virtual const void* stage_bytes(const void* host, size_t bytes, DeviceBuffer& staging);
   // The other way: `bytes` of device memory at `src`, readable on the host once the ops enqueued
   // so far have run. The default waits, copies them into `staging` (grown as needed) and returns
   // that; the CPU backend waits and returns `src` itself.
@@ -188,6 +201,34 @@ class Backend {
   // that collectives and pipeline transfers are ordered with the ops without a host wait.
   // nullptr: ops run at once on the calling thread (CPU).
   virtual void* stream() { return nullptr; }
+
+  // --- captured graphs (decode steps replayed whole: runtime/model/decode_graphs.h) ---
+  // Whether capture() and replay() exist here: the CUDA backend (CUDA graphs) and the emulated
+  // device (a recorded queue); not the CPU backend, whose ops run at once.
+  virtual bool supports_graphs() const { return false; }
+  // Calls `ops` twice. The first call runs them as usual: its results are this call's results,
+  // and the scratch memory the backend's own ops grow (attention workspace, 16-bit copies of
+  // activations) is the graphs' own, not the eager steps', and grows then if it must. The second
+  // call is captured: nothing runs, the ops are recorded with the pointers and host scalars they
+  // are given, and the graph keeps that scratch alive (graphs share it: they run one at a time
+  // on the stream; a later graph that needs more gets a larger one). While capturing, alloc,
+  // freeing a buffer, synchronize, read_on_host and copies from or to host memory abort (a CUDA
+  // graph cannot hold them); the device communicator's all-reduces are captured with the ops.
+  // The default aborts.
+  virtual std::unique_ptr<BackendGraph> capture(const std::function<void()>& ops);
+  // Enqueues the graph's ops on the stream, as captured (same pointers, same host scalars).
+  virtual void replay(BackendGraph& graph);
+
+  // --- sampling ---
+  // Samples every row of `args` (runtime/sampling/sample_rows.h) where the logits lie, in stream
+  // order: every pointer is this backend's memory, and tokens / logprobs are readable on the host
+  // after read_on_host, so a step copies back ids, not [rows, vocab] logits. Each row's token is
+  // the one sample() (runtime/sampling/sampler.h) draws with Rng::for_step(seed, token_index).
+  // The default copies the inputs to the host, runs the host sampler and copies the results back
+  // (correct anywhere, no faster than sampling on the host); the CPU backend runs the host
+  // sampler in place, the emulated device does so when its stream gets there, and the CUDA
+  // backend runs kernels/cuda/sampling.h.
+  virtual void sample_rows(const SampleRowsArgs& args);
 
   // --- ops (float32) ---
   // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).

@@ -29,7 +29,8 @@ CpuBackend::CpuBackend(int n_threads) {
 }
 
 std::string CpuBackend::describe() const {
-  return absl::StrCat("cpu (", n_threads_, " threads, OpenBLAS, ", kernels::cpu::isa_name(),
+  return absl::StrCat("cpu (", n_threads_, " threads, ", kernels::cpu::blas_name(), ", ",
+                      kernels::cpu::isa_name(),
                       ", OpenMP spin ", openmp_spin_setting(), ")");
 }
 

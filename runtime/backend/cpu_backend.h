@@ -23,6 +23,9 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   // Host memory is this backend's device memory: the ops read the host array itself.
   const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }
+  const void* stage_bytes(const void* host, size_t, DeviceBuffer&) override { return host; }
+  // The host sampler on the logits in place, rows over this backend's threads.
+  void sample_rows(const SampleRowsArgs& args) override { sample_rows_host(args, n_threads_); }
   const void* read_on_host(const void* src, size_t, std::vector<unsigned char>&) override {
     synchronize();
     return src;

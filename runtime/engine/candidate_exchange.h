@@ -1,5 +1,5 @@
 // The wire format of vocab-parallel sampling (runtime/engine/engine.cpp): each TP rank of the
-// last stage reduces its slice of every logit row to a CandidateSet (runtime/engine/sampler.h)
+// last stage reduces its slice of every logit row to a CandidateSet (runtime/sampling/sampler.h)
 // and sends one blob for the whole batch to tp_rank 0, which reads them back row by row.
 //
 // Per row, little-endian, packed: n (int32), local max (float), local sum_exp (double), then n
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,7 @@ namespace ltm {
 namespace {
 
 // f(i, scratch) for i in [0, m) on up to `threads` OpenMP threads (rows are independent: each has
-// its own RNG stream, runtime/engine/sampler.h), each thread with its own scratch vector. The
+// its own RNG stream, runtime/sampling/sampler.h), each thread with its own scratch vector. The
 // sampler's checks throw; an exception leaves no OpenMP region, so the first is carried out and
 // rethrown here.
 template <typename F>
@@ -75,12 +76,7 @@ bool plan_wants_logprobs(const StepPlan& plan) {
                      [](const RowSampling& rs) { return rs.target >= 0 || rs.top_n >= 0; });
 }
 
-Rng token_rng(uint64_t seed, int32_t token_index) {
-  uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(token_index) + 1));
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return Rng(x ^ (x >> 31));
-}
+Rng token_rng(uint64_t seed, int32_t token_index) { return Rng::for_step(seed, token_index); }
 
 Engine::Engine(Model& model, Backend& backend, KvCache& cache, Comms comms)
     : model_(model), backend_(backend), cache_(cache), comms_(comms) {
@@ -226,14 +222,26 @@ void Engine::follow() {
   }
 }
 
+void Engine::enable_decode_graphs(int max_batch) {
+  LTM_ASSERT(backend_.supports_graphs(), "decode graphs on ", backend_.describe());
+  graphs_ = std::make_unique<DecodeGraphs>(model_, backend_, cache_, max_batch,
+                                           static_cast<int>(model_.config().n_positions));
+}
+
 StepOutput Engine::execute(const StepPlan& plan) {
   const ShardSpec& s = model_.shard();
   const StepInput& in = plan.input;
   const int64_t d = model_.config().n_embd;
   const int64_t n = in.n_tokens();
-  const size_t hidden_bytes = static_cast<size_t>(std::max<int64_t>(n, 1) * d) * sizeof(float);
-  if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
-  float* hidden = hidden_.f32();
+  graph_step_ = graphs_ != nullptr && graphs_->bucket_for(in) > 0;
+  float* hidden = nullptr;
+  if (graph_step_) {
+    hidden = graphs_->hidden();  // the graphs' fixed buffer
+  } else {
+    const size_t hidden_bytes = static_cast<size_t>(std::max<int64_t>(n, 1) * d) * sizeof(float);
+    if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
+    hidden = hidden_.f32();
+  }
 
   // Activations stay on the device: the device communicator orders the transfers on the
   // backend's stream (no host wait here).
@@ -241,7 +249,11 @@ StepOutput Engine::execute(const StepPlan& plan) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
   }
-  model_.run_stage(in, hidden, cache_);
+  if (graph_step_) {
+    graphs_->run(in);  // the stage (and, last, the logits) as its bucket's graph
+  } else {
+    model_.run_stage(in, hidden, cache_);
+  }
   if (!s.is_last_stage()) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
@@ -277,12 +289,29 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   std::vector<SampleResult> samples(m);
   if (m == 0) return samples;
   const size_t bytes = static_cast<size_t>(m * vl) * sizeof(float);
-  if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
-  model_.compute_logits(in, hidden_.f32(), logits_.f32());
-  // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
-  host_rows_ = static_cast<const float*>(backend_.read_on_host(logits_.data(), bytes, host_logits_));
-
+  const float* device_logits = nullptr;
+  if (graph_step_) {
+    device_logits = graphs_->logits();  // computed by the graph: rows 0 .. m-1
+  } else {
+    if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
+    model_.compute_logits(in, hidden_.f32(), logits_.f32());
+    device_logits = logits_.f32();
+  }
+  // The step's host wait: the device communicators' collectives and receives were enqueued with
+  // no host wait; settle() waits for them under the watchdog (a hung one is named and the group
+  // aborted) before the copies below wait for the stream.
+  comms_.tp_device.settle();
+  comms_.pp_device.settle();
   const bool want_logprobs = plan_wants_logprobs(plan);
+  // The whole vocab here and only tokens (and each token's logprob) asked for: the backend
+  // samples where the logits lie, and only ids come back (sample_on_backend).
+  if (s.tp == 1 && full_logits == nullptr && !want_logprobs) {
+    sample_on_backend(plan, device_logits, &samples);
+    return samples;
+  }
+  // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
+  host_rows_ = static_cast<const float*>(backend_.read_on_host(device_logits, bytes, host_logits_));
+
   if (s.tp > 1 && full_logits == nullptr && !want_logprobs) {
     samples_from_candidates(plan, &samples);
     return samples;
@@ -335,10 +364,81 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   return samples;
 }
 
+// The step's rows sampled by the backend's op (Backend::sample_rows) on the logits where they
+// lie: the rows' parameters and histories go to the device in one staged copy, and the tokens
+// (and their logprobs, only when a row asks) come back in one copy.
+void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
+                               std::vector<SampleResult>* samples) {
+  const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
+  const int64_t V = model_.config().vocab_size;
+  // Host bytes: [m] SampleRowParams, then every row's history ids.
+  const size_t params_bytes = static_cast<size_t>(m) * sizeof(SampleRowParams);
+  size_t history_ids = 0;
+  for (const RowSampling& rs : plan.sampling)
+    if (rs.params.repetition_penalty != 1.0f) history_ids += rs.history.size();
+  sample_in_host_.resize(params_bytes + history_ids * sizeof(int32_t));
+  auto* params = reinterpret_cast<SampleRowParams*>(sample_in_host_.data());
+  auto* history = reinterpret_cast<int32_t*>(sample_in_host_.data() + params_bytes);
+  bool any_logprob = false;
+  int32_t offset = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    const RowSampling& rs = plan.sampling[i];
+    SampleRowParams p;
+    p.temperature = rs.params.temperature;
+    p.top_k = rs.params.top_k;
+    p.top_p = rs.params.top_p;
+    p.repetition_penalty = rs.params.repetition_penalty;
+    p.seed = rs.params.seed;
+    p.token_index = rs.token_index;
+    p.want_logprob = rs.want_logprob ? 1 : 0;
+    if (rs.params.repetition_penalty != 1.0f) {
+      p.history_offset = offset;
+      p.history_count = static_cast<int32_t>(rs.history.size());
+      std::memcpy(history + offset, rs.history.data(), rs.history.size() * sizeof(int32_t));
+      offset += p.history_count;
+    }
+    std::memcpy(params + i, &p, sizeof(p));
+    any_logprob = any_logprob || rs.want_logprob;
+  }
+  const auto* staged = static_cast<const unsigned char*>(
+      backend_.stage_bytes(sample_in_host_.data(), sample_in_host_.size(), sample_in_));
+  // Out: [m] tokens, then [m] logprobs; only the part asked for comes back.
+  const size_t out_bytes = static_cast<size_t>(m) * (sizeof(int32_t) + sizeof(float));
+  if (sample_out_.bytes() < out_bytes) sample_out_ = backend_.alloc(out_bytes);
+  SampleRowsArgs args;
+  args.rows = static_cast<int32_t>(m);
+  args.vocab = V;
+  args.stride = model_.vocab_local();
+  args.logits = device_logits;
+  args.params = reinterpret_cast<const SampleRowParams*>(staged);
+  args.history =
+      history_ids > 0 ? reinterpret_cast<const int32_t*>(staged + params_bytes) : nullptr;
+  args.tokens = sample_out_.i32();
+  args.logprobs = any_logprob ? reinterpret_cast<float*>(sample_out_.i32() + m) : nullptr;
+  backend_.sample_rows(args);
+  const size_t back = static_cast<size_t>(m) * (any_logprob ? 8 : 4);
+  const auto* got = static_cast<const unsigned char*>(
+      backend_.read_on_host(sample_out_.data(), back, host_samples_));
+  for (int64_t i = 0; i < m; ++i) {
+    SampleResult& r = (*samples)[i];
+    std::memcpy(&r.token, got + i * sizeof(int32_t), sizeof(int32_t));
+    // A token outside the vocab that is no RowError is a backend bug (or a host read before
+    // the stream got there: devsim's poison): never hand it on as a token.
+    LTM_ASSERT(r.token < V && r.token >= static_cast<int32_t>(RowError::kAllNegInf),
+               "the backend's sample op returned token ", r.token, " for row ", i,
+               " (vocab ", V, ")");
+    if (any_logprob) {
+      std::memcpy(&r.logprob, got + (m + i) * sizeof(float), sizeof(float));
+    } else {
+      r.logprob = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
+
 // Vocab-parallel sampling: each TP rank of the last stage reduces its slice of every row to the
 // candidates sampling needs (1 for greedy, top_k with top-k, all of its valid ids only for top-p
 // without top-k) plus a partial softmax normalizer, and sends them to tp_rank 0, which samples.
-// The result equals sample() on the whole row (runtime/engine/sampler.h).
+// The result equals sample() on the whole row (runtime/sampling/sampler.h).
 void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples) {
   const ShardSpec& s = model_.shard();
   const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 #include "runtime/engine/step_plan.h"
 #include "runtime/model/lora.h"
 

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/model/step_input.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 
@@ -22,7 +22,7 @@ struct RowSampling {
   // >= 0: a scoring row (a prompt position whose logprobs are asked for): nothing is sampled,
   // the row's result is this token, the next prompt token, with its logprob.
   int32_t target = -1;
-  // >= 0: also this row's RowLogprobs (raw model distribution, runtime/engine/sampler.h) with
+  // >= 0: also this row's RowLogprobs (raw model distribution, runtime/sampling/sampler.h) with
   // the top_n best alternatives, at most kMaxTopLogprobs; reduced on the last stage, so rank 0
   // receives O(top_n) per row whatever the vocabulary.
   int32_t top_n = -1;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 

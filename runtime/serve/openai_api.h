@@ -129,7 +129,7 @@ struct TokenLogprob {
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // best first, ties by id
 };
-// What the last stage reduced a token's row to (runtime/engine/sampler.h), as the API reports it.
+// What the last stage reduced a token's row to (runtime/sampling/sampler.h), as the API reports it.
 TokenLogprob token_logprob(const RowLogprobs& lp);
 
 const char* openai_finish_reason(FinishReason r);  // "stop" | "length" | nullptr

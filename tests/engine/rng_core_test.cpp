@@ -1,13 +1,14 @@
-// RngCore (runtime/engine/rng_core.h), the generator the host sampler and the GPU sampler share:
+// RngCore (runtime/sampling/rng_core.h), the generator the host sampler and the GPU sampler share:
 // its host instantiation must give exactly the stream ltm has always drawn (fixed values below,
 // taken from the generator before it moved into the shared header), and ltm::Rng must be it.
-#include "runtime/engine/rng_core.h"
+#include "runtime/sampling/rng_core.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "runtime/engine/sampler.h"
+#include "runtime/engine/engine.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 namespace {
@@ -66,6 +67,31 @@ TEST(RngCore, IsTheHostSamplersGenerator) {
   Rng host(77);
   RngCore core = RngCore::seeded(77);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(host.next_u64(), core.next_u64());
+}
+
+// RngCore::for_step is the engine's per-token stream (token_rng), which the CUDA sampler derives
+// on the device: the reference is the engine's formula as it was written before it moved.
+TEST(RngCore, ForStepIsTheEnginesTokenStream) {
+  const auto reference = [](uint64_t seed, int32_t token_index) {
+    uint64_t x = seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(token_index) + 1));
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return Rng(x ^ (x >> 31));
+  };
+  for (uint64_t seed : {uint64_t{0}, uint64_t{42}, uint64_t{0xdeadbeefcafef00dull}}) {
+    for (int32_t token : {0, 1, 7, 1000000, -1}) {
+      Rng want = reference(seed, token);
+      Rng host = Rng::for_step(seed, token);
+      Rng engine = token_rng(seed, token);
+      RngCore core = RngCore::for_step(seed, token);
+      for (int i = 0; i < 10; ++i) {
+        const uint64_t w = want.next_u64();
+        EXPECT_EQ(host.next_u64(), w) << "seed " << seed << " token " << token;
+        EXPECT_EQ(engine.next_u64(), w);
+        EXPECT_EQ(core.next_u64(), w);
+      }
+    }
+  }
 }
 
 TEST(RngCore, UniformUsesTheTop53Bits) {

@@ -1,7 +1,7 @@
 // Sampler: parameter validation, the random generator, the processed distribution against hand
 // computations and against a PyTorch implementation of HF's logits processors, empirical
 // frequencies, the vocab-sharded path against the whole-row path, and speed.
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 #include <algorithm>
 #include <chrono>

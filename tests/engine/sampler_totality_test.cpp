@@ -1,4 +1,4 @@
-// The sampler is total over what validation accepts (runtime/engine/sampler.h): extreme
+// The sampler is total over what validation accepts (runtime/sampling/sampler.h): extreme
 // parameters give a token, a row the model got wrong gives a failed result instead of taking
 // the process down, and row_logprobs (the OpenAI `logprobs` reduction) agrees with a double
 // log-softmax.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 namespace {

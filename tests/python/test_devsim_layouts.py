@@ -78,6 +78,29 @@ def test_seeded_sampling_through_devsim_equals_cpu(model, tmp_path):
     assert outs[0] == outs[1]
 
 
+SAMPLING = [["--temperature", "0"],
+            ["--temperature", "0.9", "--top-k", "20", "--top-p", "0.9",
+             "--repetition-penalty", "1.3", "--seed", "5"],
+            ["--temperature", "1.1", "--top-p", "0.8", "--seed", "9"]]
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 1), (1, 2), (2, 1)])
+def test_device_sampling_through_devsim_equals_cpu(model, tmp_path, tp, pp):
+    """Without --dump-logits, a tp 1 last stage samples with the backend's op
+    (Backend::sample_rows) where the logits lie: on devsim the op runs in stream order and only
+    ids and logprobs come back (a host read before the stream got there reads poison, which the
+    engine refuses). Greedy and seeded draws give the CPU backend's ids and logprobs exactly;
+    tp 2 (candidates exchanged on the host) is the neighbour that must agree too."""
+    for args in SAMPLING:
+        outs = [generate_json(model, prompt_ids=ids(9, 3), max_new_tokens=12, ranks=tp * pp,
+                              extra=["--tp", tp, "--pp", pp, "--device", device, "--ignore-eos",
+                                     "--threads", "1", *args])
+                for device in ("cpu", "devsim")]
+        assert outs[0]["generated_ids"] == outs[1]["generated_ids"], (tp, pp, args)
+        assert outs[0]["logprobs"] == outs[1]["logprobs"], (tp, pp, args)
+        assert all(np.isfinite(outs[1]["logprobs"])), (tp, pp, args)
+
+
 def test_cuda_groups_are_no_longer_refused_for_their_layout():
     """Multi-rank CUDA is wired (NCCL device communicators): on a machine without a GPU the run
     fails because there is no device, not because of the layout."""

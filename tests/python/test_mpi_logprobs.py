@@ -2,7 +2,7 @@
 float64 log-softmax of the dumped logits.
 
 The last stage reduces each row to its token's logprob and the top-N alternatives (RowLogprobs,
-runtime/engine/sampler.h), inside its TP group when tp > 1, so rank 0 never receives a
+runtime/sampling/sampler.h), inside its TP group when tp > 1, so rank 0 never receives a
 vocabulary-sized row; this checks that reduction against the one-rank server and against the
 logits the one-shot command dumps. The vocabulary (50261) is split unevenly by tp 2."""
 import json

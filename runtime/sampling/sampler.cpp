@@ -13,7 +13,7 @@
 //   - top-k and top-p work on the kept values sorted descending; equal values have equal weights,
 //     so the cumulative sums do not depend on how ties are ordered, and a drawn position is mapped
 //     to the (rank among equal values)-th id in id order, i.e. (logit desc, id asc).
-#include "runtime/engine/sampler.h"
+#include "runtime/sampling/sampler.h"
 
 #include <algorithm>
 #include <bit>
