@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> device_comm(
     auto* sim = static_cast<DevsimBackend*>(&backend);
     return std::make_unique<parallel::DevsimCommunicator>(
         host, [sim](const void* p, size_t bytes) { return sim->owns(p, bytes); },
-        [sim] { sim->synchronize(); });
+        [sim] { sim->synchronize(); },
+        [sim](std::function<void()> op) { return sim->record_if_capturing(std::move(op)); });
   }
   if (host.size() == 1) return std::make_unique<parallel::SoloCommunicator>(host.name());
 #ifdef LTM_HAVE_NCCL
@@ -135,6 +136,13 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   } else {
     rs->backend = make_cpu_backend(rs->threads);
   }
+  if (!o.cuda_graphs.empty() && o.cuda_graphs != "on" && o.cuda_graphs != "off")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-graphs must be on or off, not '", o.cuda_graphs, "'"));
+  if (o.cuda_graphs == "on" && !rs->backend->supports_graphs())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cuda-graphs on needs --device cuda: the ", o.device,
+        " backend runs each op as it is called and has no graphs to capture"));
   // Two communicators per group: the host ones (world's MPI) and the device ones for activations.
   LTM_ASSIGN_OR_RETURN(rs->tp_device_owned,
                        device_comm(o, *rs->backend, rs->world->tp(), device, wopts));
@@ -264,6 +272,10 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
                                         Comms{rs->world->world(), rs->world->tp(), rs->world->pp(),
                                               *rs->tp_device, *rs->pp_device});
+  // Decode steps as captured graphs, by default wherever the backend has them (CUDA; the
+  // emulated device records and replays its queue the same way).
+  if (o.cuda_graphs == "on" || (o.cuda_graphs.empty() && rs->backend->supports_graphs()))
+    rs->engine->enable_decode_graphs(o.max_running);
   rs->load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rs->resident_bytes = resident_bytes();

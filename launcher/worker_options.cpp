@@ -62,6 +62,7 @@ po::options_description describe(WorkerOptions* o) {
       ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")
       ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
       ("prefix-cache", po::value(&o->prefix_cache)->default_value("on"), "on | off: keep finished requests' full KV blocks and reuse them for prompts that start the same")
+      ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16: how weight matrices are held (default: the checkpoint's dtype; f32 for a config)")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
   po::options_description serve("Serving");
@@ -196,6 +197,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (!(o->request_timeout_s >= 0 && o->request_timeout_s <= 86400))
     return fail("--request-timeout must be in [0, 86400] seconds (0: none)");
   if (o->micro_batches < 0) return fail("--micro-batches must be >= 0");
+  if (!o->cuda_graphs.empty() && o->cuda_graphs != "on" && o->cuda_graphs != "off")
+    return fail(absl::StrCat("--cuda-graphs must be on or off, not '", o->cuda_graphs, "'"));
   if (o->prefix_cache != "on" && o->prefix_cache != "off")
     return fail(absl::StrCat("--prefix-cache must be on or off, not '", o->prefix_cache, "'"));
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},

@@ -47,6 +47,9 @@ struct WorkerOptions {
   int32_t max_running = 64;
   int32_t micro_batches = 0;   // plans in flight; 0: pp (keeps every pipeline stage busy)
   std::string prefix_cache = "on";  // on | off: reuse cached KV blocks of shared prefixes
+  // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
+  // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.
+  std::string cuda_graphs;
   // Element types: "" = the default (weights: the checkpoint's dtype, f32 for a config-only
   // model; KV cache: f32 with f32 weights, fp16 with 16-bit weights), else f32 | bf16 | fp16.
   std::string weight_dtype;

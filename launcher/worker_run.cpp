@@ -175,6 +175,9 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
                    {"kv_dtype", precision_name(rs.kv_precision)},
                    {"backend", rs.backend->describe()}};
     j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
+    // Rank 0's decode graphs (--cuda-graphs): captured once per padded batch size, then replayed.
+    j["decode_graphs"] = {{"captured", rs.engine->decode_graphs()},
+                          {"replays", rs.engine->decode_graph_replays()}};
     // Rank 0's memory at the end of the run (its peak covers the whole generation), and every
     // rank's as it stood once loaded.
     j["memory"] = {{"weight_bytes", rs.weight_bytes},

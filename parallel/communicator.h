@@ -39,6 +39,13 @@ class Communicator {
   virtual void post(const void* data, size_t bytes, int dst, int tag) { send(data, bytes, dst, tag); }
   // Returns once every posted message has been delivered (before shutdown).
   virtual void flush() {}
+  // A device communicator (NCCL) leaves all_reduce_sum and recv enqueued on the backend's stream,
+  // with no host wait (the data is in place in stream order, for the ops enqueued after them);
+  // settle() is the host wait: it returns once every operation enqueued so far has completed,
+  // polled under the collective watchdog, so a hung collective still takes the group down with
+  // its name. Call it before the host reads results the stream produced (Engine: before the
+  // logits are read back). Host communicators complete every call before it returns: a no-op.
+  virtual void settle() {}
   // The idle wait for work as a receive: the first piece may take up to `first_piece_timeout_s`
   // (<= 0: any time, no deadline); dead peers are still detected.
   virtual void recv_wait(void* data, size_t bytes, int src, int tag,

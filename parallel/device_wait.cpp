@@ -54,4 +54,42 @@ DeviceWaitOutcome wait_device(absl::FunctionRef<DevicePoll()> poll,
   return out;
 }
 
+void PendingDeviceOps::push(std::string op, size_t bytes, Deadline deadline, int slot) {
+  ops_.push_back({std::move(op), bytes, deadline, slot});
+}
+
+DeviceWaitOutcome PendingDeviceOps::reap(Poll poll, Release release,
+                                         absl::FunctionRef<void()> abort_comm,
+                                         const Watchdog& watchdog, std::string_view what, int rank,
+                                         int size) {
+  while (!ops_.empty()) {
+    const Op& op = ops_.front();
+    DevicePoll p = poll(op.slot);
+    if (p.state == DevicePoll::kInProgress) break;
+    if (p.state == DevicePoll::kError) {
+      // The same outcome wait_device gives an error, for this operation.
+      return wait_device([&] { return p; }, abort_comm, watchdog, what, op.op, op.bytes,
+                         op.deadline, rank, size);
+    }
+    release(op.slot);
+    ops_.pop_front();
+  }
+  return {};
+}
+
+DeviceWaitOutcome PendingDeviceOps::wait_all(Poll poll, Release release,
+                                             absl::FunctionRef<void()> abort_comm,
+                                             const Watchdog& watchdog, std::string_view what,
+                                             int rank, int size) {
+  while (!ops_.empty()) {
+    const Op& op = ops_.front();
+    DeviceWaitOutcome out = wait_device([&] { return poll(op.slot); }, abort_comm, watchdog, what,
+                                        op.op, op.bytes, op.deadline, rank, size);
+    if (!out.ok()) return out;
+    release(op.slot);
+    ops_.pop_front();
+  }
+  return {};
+}
+
 }  // namespace ltm::parallel

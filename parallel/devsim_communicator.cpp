@@ -8,6 +8,11 @@
 namespace ltm::parallel {
 
 void DevsimCommunicator::enter(const void* p, size_t bytes, const char* op) {
+  check(p, bytes, op);
+  drain_();
+}
+
+void DevsimCommunicator::check(const void* p, size_t bytes, const char* op) {
   if (!owns_(p, bytes == 0 ? 1 : bytes)) {
     char where[32];
     std::snprintf(where, sizeof(where), "%p", p);
@@ -17,11 +22,15 @@ void DevsimCommunicator::enter(const void* p, size_t bytes, const char* op) {
                              ", which are not device memory of the emulated device (a host "
                              "buffer on the device communicator)"));
   }
-  drain_();
 }
 
 void DevsimCommunicator::all_reduce_sum(float* data, size_t count) {
   if (count == 0) return;
+  Communicator* host = &host_;
+  if (record_ && record_([host, data, count] { host->all_reduce_sum(data, count); })) {
+    check(data, count * sizeof(float), "all_reduce_sum");
+    return;
+  }
   enter(data, count * sizeof(float), "all_reduce_sum");
   host_.all_reduce_sum(data, count);
 }

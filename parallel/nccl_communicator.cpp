@@ -76,6 +76,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
   if (done_ != nullptr) cudaEventDestroy(done_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (Slot& slot : slots_) {
     if (slot.buffer != nullptr) cudaFree(slot.buffer);
     if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
@@ -135,32 +136,96 @@ void NcclCommunicator::wait_ready(std::string_view op, size_t bytes, Deadline de
   if (!outcome.ok()) fail(outcome);
 }
 
+DevicePoll NcclCommunicator::poll_event(cudaEvent_t event) {
+  const cudaError_t e = cudaEventQuery(event);
+  if (e == cudaSuccess) return {DevicePoll::kDone, ""};
+  if (e != cudaErrorNotReady)
+    return {DevicePoll::kError,
+            absl::StrCat("CUDA ", cudaGetErrorName(e), ": ", cudaGetErrorString(e))};
+  // A peer's failure shows up here while our kernel waits for it.
+  DevicePoll p = poll_async_error(comm_);
+  if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
+  return p;
+}
+
 void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
                                 Deadline deadline) {
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // enqueued
   LTM_NCCL_CUDA(cudaEventRecord(done_, stream_), op);
-  const DeviceWaitOutcome outcome = wait_device(
-      [&]() -> DevicePoll {
-        const cudaError_t e = cudaEventQuery(done_);
-        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
-        if (e != cudaErrorNotReady)
-          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
-                                                   cudaGetErrorString(e))};
-        // A peer's failure shows up here while our kernel waits for it.
-        DevicePoll p = poll_async_error(comm_);
-        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
-        return p;
-      },
-      [&] { abort_comm(); }, watchdog_, "NCCL", op, bytes, deadline, rank_, size_);
+  const DeviceWaitOutcome outcome =
+      wait_device([&] { return poll_event(done_); }, [&] { abort_comm(); }, watchdog_, "NCCL", op,
+                  bytes, deadline, rank_, size_);
+  if (!outcome.ok()) fail(outcome);
+}
+
+bool NcclCommunicator::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  LTM_NCCL_CUDA(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+  LTM_ASSERT(status != cudaStreamCaptureStatusInvalidated,
+             "the CUDA graph capture on NCCL group ", name(), "'s stream was invalidated");
+  return status == cudaStreamCaptureStatusActive;
+}
+
+int NcclCommunicator::mark() {
+  if (free_events_.empty()) {
+    cudaEvent_t e = nullptr;
+    LTM_NCCL_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    events_.push_back(e);
+    free_events_.push_back(static_cast<int>(events_.size()) - 1);
+  }
+  const int slot = free_events_.back();
+  free_events_.pop_back();
+  LTM_NCCL_CUDA(cudaEventRecord(events_[slot], stream_), "cudaEventRecord");
+  return slot;
+}
+
+void NcclCommunicator::enqueued(int result, std::string op, size_t bytes, Deadline deadline) {
+  if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
+  wait_ready(op, bytes, deadline);  // taken by the communicator; the stream runs it later
+  if (capturing()) {  // a node of the graph: it runs at each replay (settle() covers those)
+    ++captured_;
+    return;
+  }
+  auto poll = [&](int slot) { return poll_event(events_[slot]); };
+  auto release = [&](int slot) { free_events_.push_back(slot); };
+  // The finished ones first, so the list stays as long as what the device has not reached.
+  DeviceWaitOutcome outcome =
+      pending_.reap(poll, release, [&] { abort_comm(); }, watchdog_, "NCCL", rank_, size_);
+  if (!outcome.ok()) fail(outcome);
+  pending_.push(std::move(op), bytes, deadline, mark());
+  // A host that never settles (a first stage posts its output instead) is held back by post()'s
+  // two staging slots; this bound is a second guard: wait for the oldest beyond it.
+  constexpr size_t kMaxPending = 4096;
+  if (pending_.size() > kMaxPending) settle();
+}
+
+void NcclCommunicator::settle() {
+  if (comm_ == nullptr) return;
+  use_device();
+  LTM_ASSERT(!capturing(), "settle() on NCCL group ", name(),
+             " while its stream is being captured into a CUDA graph (a host wait in a capture)");
+  if (captured_ > 0) {
+    // Graphs with our operations in them may have been replayed since the last wait: an event
+    // recorded now comes after them.
+    pending_.push(absl::StrCat("the stream's work before the host wait (its CUDA graphs hold ",
+                               captured_, " captured NCCL operations)"),
+                  0, watchdog_.deadline(), mark());
+  }
+  if (pending_.empty()) return;
+  const DeviceWaitOutcome outcome = pending_.wait_all(
+      [&](int slot) { return poll_event(events_[slot]); },
+      [&](int slot) { free_events_.push_back(slot); }, [&] { abort_comm(); }, watchdog_, "NCCL",
+      rank_, size_);
   if (!outcome.ok()) fail(outcome);
 }
 
 void NcclCommunicator::all_reduce_sum(float* data, size_t count) {
-  if (count == 0 || size_ == 1) return;
+  // A group of one still calls NCCL (a copy at most): the graph tests capture it.
+  if (count == 0) return;
   use_device();
   const Deadline deadline = watchdog_.deadline();
-  complete(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_),
+  enqueued(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_),
            "all_reduce_sum", count * sizeof(float), deadline);
 }
 
@@ -207,24 +272,15 @@ void NcclCommunicator::recv(void* data, size_t bytes, int src, int tag) {
   if (bytes == 0) return;
   use_device();
   const Deadline deadline = watchdog_.deadline();
-  complete(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_),
+  enqueued(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_),
            absl::StrCat("recv(src=", src, ",tag=", tag, ")"), bytes, deadline);
 }
 
 void NcclCommunicator::wait_sent(Slot& slot) {
   if (!slot.busy) return;
-  const DeviceWaitOutcome outcome = wait_device(
-      [&]() -> DevicePoll {
-        const cudaError_t e = cudaEventQuery(slot.sent);
-        if (e == cudaSuccess) return {DevicePoll::kDone, ""};
-        if (e != cudaErrorNotReady)
-          return {DevicePoll::kError, absl::StrCat("CUDA ", cudaGetErrorName(e), ": ",
-                                                   cudaGetErrorString(e))};
-        DevicePoll p = poll_async_error(comm_);
-        if (p.state == DevicePoll::kDone) p.state = DevicePoll::kInProgress;
-        return p;
-      },
-      [&] { abort_comm(); }, watchdog_, "NCCL", slot.op, slot.bytes, slot.deadline, rank_, size_);
+  const DeviceWaitOutcome outcome =
+      wait_device([&] { return poll_event(slot.sent); }, [&] { abort_comm(); }, watchdog_, "NCCL",
+                  slot.op, slot.bytes, slot.deadline, rank_, size_);
   if (!outcome.ok()) fail(outcome);
   slot.busy = false;
 }
@@ -235,6 +291,9 @@ void NcclCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
   LTM_ASSERT(tag >= 0, "post tag ", tag);
   if (bytes == 0) return;
   use_device();
+  LTM_ASSERT(!capturing(), "post on NCCL group ", name(),
+             " while its stream is being captured into a CUDA graph (pipeline sends are not "
+             "captured)");
   Slot& slot = slots_[next_slot_];
   next_slot_ ^= 1;
   wait_sent(slot);  // the send before last from this slot
@@ -275,6 +334,7 @@ void NcclCommunicator::flush() {
   if (comm_ == nullptr) return;
   use_device();
   for (Slot& slot : slots_) wait_sent(slot);
+  if (!capturing()) settle();
 }
 
 void NcclCommunicator::barrier() {

@@ -8,8 +8,17 @@
 //
 // Ordering: operations are enqueued on `stream` (Backend::stream(), the CUDA backend's compute
 // stream), so a buffer the backend just wrote is passed in directly, with no host wait before it;
-// nullptr means the legacy default stream. Each operation then waits on the host until it has
-// completed (as MpiCommunicator does): when a call returns, the data is in place.
+// nullptr means the legacy default stream. all_reduce_sum and recv (the forward pass's
+// operations) have no host wait after them either: each returns once the communicator has taken
+// the call, and the data is in place in stream order, for the ops enqueued after it. A CUDA event
+// recorded after each (a pool, reused) marks it in a list of pending operations
+// (PendingDeviceOps, device_wait.h); finished ones are popped as new ones come, and settle() (the
+// step's one host wait, before its results are copied back) waits for the rest, each polled under
+// the deadline it was enqueued under, so a hung collective is named and aborted as before. While
+// the stream is being captured into a CUDA graph (cudaStreamIsCapturing) the call is captured and
+// no event is recorded; settle() then also waits for an event recorded at the wait, which covers
+// the graphs replayed since. all_gather, broadcast, send and barrier (set-up, not the forward
+// pass) still wait on the host until they have completed.
 // Point-to-point: NCCL matches send/recv between two ranks in the order they are issued; `tag` is
 // not sent, only checked to be non-negative.
 // Pipeline sends (post): neither the host nor the compute stream waits for the receiver. The data
@@ -34,8 +43,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/device_wait.h"
@@ -70,7 +81,12 @@ class NcclCommunicator final : public Communicator {
   void recv(void* data, size_t bytes, int src, int tag) override;
   void barrier() override;
   void post(const void* data, size_t bytes, int dst, int tag) override;
+  // Waits for the posted sends and the pending operations.
   void flush() override;
+  // Waits (under the watchdog) for every operation enqueued so far; not while capturing.
+  void settle() override;
+  // Operations waiting in settle()'s list (tests).
+  size_t pending() const { return pending_.size(); }
 
   // The collective timeout of the operations that start from now on; <= 0 disables it.
   void set_timeout(double seconds) { watchdog_.set_timeout(seconds); }
@@ -83,6 +99,14 @@ class NcclCommunicator final : public Communicator {
   // non-blocking communicator has taken it (ncclInProgress -> ncclSuccess), then until the stream
   // has executed it. Aborts the group on an error or when `deadline` passes.
   void complete(int result, std::string_view op, size_t bytes, Deadline deadline);
+  // Runs one NCCL call with no host wait after it: waits until the communicator has taken it,
+  // then (outside a capture) records an event after it and lists it as pending.
+  void enqueued(int result, std::string op, size_t bytes, Deadline deadline);
+  bool capturing() const;
+  // An event of the pool, recorded on the stream now; returns its slot.
+  int mark();
+  // A stream event's state as a poll result (not reached yet: the communicator's async error).
+  DevicePoll poll_event(CUevent_st* event);
   // Polls ncclCommGetAsyncError until the communicator is no longer ncclInProgress.
   void wait_ready(std::string_view op, size_t bytes, Deadline deadline);
   // Aborts the communicator (once) and takes the group down with `outcome`'s message.
@@ -112,6 +136,10 @@ class NcclCommunicator final : public Communicator {
   int next_slot_ = 0;
   CUstream_st* stream_ = nullptr;
   CUevent_st* done_ = nullptr;  // recorded after each operation
+  PendingDeviceOps pending_;          // enqueued, not seen finished (settle())
+  std::vector<CUevent_st*> events_;   // the pool of pending_'s markers
+  std::vector<int> free_events_;      // slots of events_ not in pending_
+  int64_t captured_ = 0;              // operations captured into CUDA graphs so far
   float* barrier_buf_ = nullptr;  // one device float for barrier()
   int device_ = 0;
   int rank_ = 0;

@@ -22,6 +22,7 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
 #pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     const float* k = qkv + t * 3 * d_local + d_local;
@@ -50,6 +51,7 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
 #pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     const float* k = qkv + t * 3 * d_local + d_local;

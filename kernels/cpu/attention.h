@@ -32,7 +32,8 @@ struct PagedAttentionShape {
   WeightType kv_type = WeightType::kF32;  // element type of the K and V caches
 };
 
-// Writes K and V of each new token into its cache slot (slot = block * block_size + offset).
+// Writes K and V of each new token into its cache slot (slot = block * block_size + offset);
+// a row whose slot is negative (padding) writes nothing, as in the CUDA kernel.
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
                     int head_dim, int block_size, float* k_cache, float* v_cache);
 

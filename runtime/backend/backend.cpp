@@ -150,6 +150,15 @@ void Backend::sample_rows(const SampleRowsArgs& a) {
   synchronize();  // the host vectors go out of scope
 }
 
+std::unique_ptr<BackendGraph> Backend::capture(const std::function<void()>&) {
+  LTM_ASSERT(false, "capture() on ", describe(), ", which has no graphs (supports_graphs())");
+  return nullptr;
+}
+
+void Backend::replay(BackendGraph&) {
+  LTM_ASSERT(false, "replay() on ", describe(), ", which has no graphs (supports_graphs())");
+}
+
 #ifndef LTM_CUDA_PLUGIN
 namespace {
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,6 +102,13 @@ struct AttentionArgs {
 };
 
 enum class BackendKind { kCpu, kCuda, kDevsim };
+
+// Ops captured once and replayed (Backend::capture): a CUDA graph, or the emulated device's
+// recorded queue. Owns the scratch memory its ops use. Must not outlive its backend.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+};
 
 class Backend {
  public:
@@ -193,6 +201,23 @@ class Backend {
   // that collectives and pipeline transfers are ordered with the ops without a host wait.
   // nullptr: ops run at once on the calling thread (CPU).
   virtual void* stream() { return nullptr; }
+
+  // --- captured graphs (decode steps replayed whole: runtime/model/decode_graphs.h) ---
+  // Whether capture() and replay() exist here: the CUDA backend (CUDA graphs) and the emulated
+  // device (a recorded queue); not the CPU backend, whose ops run at once.
+  virtual bool supports_graphs() const { return false; }
+  // Calls `ops` twice. The first call runs them as usual: its results are this call's results,
+  // and the scratch memory the backend's own ops grow (attention workspace, 16-bit copies of
+  // activations) is the graphs' own, not the eager steps', and grows then if it must. The second
+  // call is captured: nothing runs, the ops are recorded with the pointers and host scalars they
+  // are given, and the graph keeps that scratch alive (graphs share it: they run one at a time
+  // on the stream; a later graph that needs more gets a larger one). While capturing, alloc,
+  // freeing a buffer, synchronize, read_on_host and copies from or to host memory abort (a CUDA
+  // graph cannot hold them); the device communicator's all-reduces are captured with the ops.
+  // The default aborts.
+  virtual std::unique_ptr<BackendGraph> capture(const std::function<void()>& ops);
+  // Enqueues the graph's ops on the stream, as captured (same pointers, same host scalars).
+  virtual void replay(BackendGraph& graph);
 
   // --- sampling ---
   // Samples every row of `args` (runtime/sampling/sample_rows.h) where the logits lie, in stream

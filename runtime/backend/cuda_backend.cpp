@@ -40,12 +40,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +61,7 @@
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cuda_lt_gemm.h"
 #include "runtime/model/dtype.h"
 
@@ -143,6 +147,10 @@ class CudaBackend final : public Backend {
     LTM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     LTM_CUBLAS_CHECK(cublasCreate(&cublas_));
     LTM_CUBLAS_CHECK(cublasSetStream(cublas_, ctx_->stream));
+    // A workspace of our own (after cublasSetStream, which resets it): cuBLAS then allocates
+    // nothing while a graph is captured.
+    LTM_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+    LTM_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     LTM_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     lt_ = std::make_unique<LtGemm>(device);
   }
@@ -156,6 +164,7 @@ class CudaBackend final : public Backend {
     }
     lt_.reset();
     cublasDestroy(cublas_);
+    if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   }
 
   BackendKind kind() const override { return BackendKind::kCuda; }
@@ -182,6 +191,8 @@ class CudaBackend final : public Backend {
 
   // --- memory ---
   DeviceBuffer alloc(size_t bytes) override {
+    LTM_ASSERT(!capturing_, "CUDA backend: an allocation of ", bytes,
+               " bytes while capturing a graph (buffers are sized before the capture)");
     use_device(device_);
     void* p = nullptr;
     // A 0-byte request still gets a distinct, freeable pointer.
@@ -210,6 +221,8 @@ class CudaBackend final : public Backend {
   // at once; the copy itself completes in stream order.
   void copy_to_device(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
+    LTM_ASSERT(!capturing_, "CUDA backend: copy_to_device of ", bytes,
+               " bytes of host memory while capturing a graph");
     use_device(device_);
     LTM_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_->stream));
   }
@@ -244,6 +257,8 @@ class CudaBackend final : public Backend {
 
   void copy_to_host(void* host, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    LTM_ASSERT(!capturing_, "CUDA backend: copy_to_host of ", bytes,
+               " bytes while capturing a graph");
     use_device(device_);
     LTM_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream));
   }
@@ -255,6 +270,7 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override {
+    LTM_ASSERT(!capturing_, "CUDA backend: synchronize() (a host wait) while capturing a graph");
     use_device(device_);
     LTM_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
   }
@@ -262,6 +278,42 @@ class CudaBackend final : public Backend {
   bool comm_on_device() const override { return true; }
   // The compute stream: the NCCL communicator enqueues its collectives and transfers on it.
   void* stream() override { return ctx_->stream; }
+
+  // --- CUDA graphs (cuda_graph.h) ---
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<BackendGraph> capture(const std::function<void()>& ops) override {
+    LTM_ASSERT(!capturing_, "CUDA backend: capture() inside a capture");
+    use_device(device_);
+    // The scratch that ops grow lazily (scratch_buffers(): attention workspace, 16-bit
+    // activations and biases) is the graphs' own, not the eager steps': every graph keeps the
+    // buffers it recorded, so no later step may reallocate them. The graphs share it (they run
+    // one at a time on the stream): the eager run grows it when this graph needs more, and
+    // older graphs keep the smaller ones.
+    const std::array<DeviceBuffer*, kScratchBuffers> scratch = scratch_buffers();
+    std::array<DeviceBuffer, kScratchBuffers> eager;
+    for (size_t i = 0; i < scratch.size(); ++i)
+      eager[i] = std::exchange(*scratch[i], view(graph_scratch_[i]));
+    ops();  // as usual: this step's results, and the scratch sized for it
+    capturing_ = true;
+    begin_stream_capture(ctx_->stream);
+    ops();  // recorded, not run
+    std::unique_ptr<CudaGraph> graph = end_stream_capture(ctx_->stream, device_);
+    capturing_ = false;
+    for (size_t i = 0; i < scratch.size(); ++i) {
+      keep_grown(*scratch[i], graph_scratch_[i]);
+      graph->scratch.push_back(graph_scratch_[i]);
+      *scratch[i] = std::move(eager[i]);
+    }
+    return graph;
+  }
+  void replay(BackendGraph& graph) override {
+    LTM_ASSERT(!capturing_, "CUDA backend: replay() while capturing");
+    auto* g = dynamic_cast<CudaGraph*>(&graph);
+    LTM_ASSERT(g != nullptr && g->device() == device_, "CUDA backend: replay() of a graph "
+               "another backend made");
+    use_device(device_);
+    g->launch(ctx_->stream);
+  }
 
   // --- 16-bit weights: [k, n] (or [rows, d]) as in the checkpoint, 2 bytes an element ---
   DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override {
@@ -520,6 +572,26 @@ class CudaBackend final : public Backend {
   DeviceBuffer act16_;                   // fp32 activations rounded to 16 bits for lt_
   DeviceBuffer bias16_;                  // a bias rounded to 16 bits for a 16-bit epilogue
   std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
+  // A buffer that does not own its memory, seen through `b` (empty when b is null).
+  static DeviceBuffer view(const std::shared_ptr<DeviceBuffer>& b) {
+    return b ? DeviceBuffer(b->data(), b->bytes(), nullptr) : DeviceBuffer();
+  }
+  // After a capture: `used` is either the view of `shared` or a buffer the ops grew, which then
+  // becomes the graphs' shared scratch.
+  static void keep_grown(DeviceBuffer& used, std::shared_ptr<DeviceBuffer>& shared) {
+    if (used.empty() || (shared && used.data() == shared->data())) return;
+    shared = std::make_shared<DeviceBuffer>(std::move(used));
+  }
+  // Every buffer an op grows lazily and reuses across calls: a graph must own its own.
+  static constexpr size_t kScratchBuffers = 3;
+  std::array<DeviceBuffer*, kScratchBuffers> scratch_buffers() {
+    return {&workspace_, &act16_, &bias16_};
+  }
+  std::array<std::shared_ptr<DeviceBuffer>, kScratchBuffers> graph_scratch_;  // the graphs'
+  // Graphs: while capture() records, no op may allocate, wait or copy host memory.
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  void* cublas_workspace_ = nullptr;
+  bool capturing_ = false;
 };
 
 }  // namespace

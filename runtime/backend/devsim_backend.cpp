@@ -30,7 +30,29 @@ std::string addr(const void* p) {
 
 }  // namespace
 
+// What capture() records: the ops and every device pointer they were handed.
+struct DevsimRecording {
+  std::vector<std::function<void()>> ops;
+  std::vector<const void*> pointers;
+};
+
+namespace {
+
+// A captured graph: the recorded ops, run in order as one op of the stream at each replay.
+struct DevsimGraph final : BackendGraph {
+  std::shared_ptr<void> state;  // keeps the stream alive; drained before the ops go
+  std::function<void()> drain;
+  DevsimRecording recording;
+  ~DevsimGraph() override { drain(); }  // a queued replay still refers to `recording`
+};
+
+}  // namespace
+
 void DevsimBackend::State::drain() {
+  LTM_ASSERT(capture == nullptr,
+             "devsim: the stream was drained (a host wait: synchronize, read_on_host, a freed "
+             "buffer or a device communicator's transfer) while capturing a graph; a CUDA graph "
+             "capture cannot hold it");
   // Ops may free buffers (whose deleters drain again): run the queue as taken, re-entry is a
   // no-op; ops queued while draining run in the same pass.
   if (draining) return;
@@ -67,9 +89,48 @@ void DevsimBackend::check(const void* p, const char* op) const {
   if (p == nullptr) return;
   LTM_ASSERT(owns(p, 0), "devsim: ", op, " was handed ", addr(p),
              ", which is not device memory of the emulated device (a host pointer on the device)");
+  if (state_->capture != nullptr) state_->capture->pointers.push_back(p);
+}
+
+bool DevsimBackend::capturing() const { return state_->capture != nullptr; }
+
+std::unique_ptr<BackendGraph> DevsimBackend::capture(const std::function<void()>& ops) {
+  LTM_ASSERT(!capturing(), "devsim: capture() inside a capture");
+  ops();  // as usual: this step's results (the CPU kernels keep no scratch of their own)
+  auto graph = std::make_unique<DevsimGraph>();
+  graph->state = state_;
+  graph->drain = [state = state_] { state->drain(); };
+  state_->capture = &graph->recording;
+  ops();  // recorded, not run
+  state_->capture = nullptr;
+  return graph;
+}
+
+void DevsimBackend::replay(BackendGraph& graph) {
+  LTM_ASSERT(!capturing(), "devsim: replay() while capturing");
+  auto* g = dynamic_cast<DevsimGraph*>(&graph);
+  LTM_ASSERT(g != nullptr && g->state == state_,
+             "devsim: replay() of a graph another backend made");
+  // The registry checks of the ops, again: a buffer freed since the capture would be read or
+  // written by the replay (on a GPU: memory reused by something else).
+  for (const void* p : g->recording.pointers)
+    LTM_ASSERT(owns(p, 0), "devsim: a graph replay would use ", addr(p),
+               ", which was device memory at capture and has been freed since");
+  DevsimRecording* rec = &g->recording;
+  enqueue([rec] {
+    for (const std::function<void()>& op : rec->ops) op();
+  });
+}
+
+bool DevsimBackend::record_if_capturing(std::function<void()> op) {
+  if (state_->capture == nullptr) return false;
+  state_->capture->ops.push_back(std::move(op));
+  return true;
 }
 
 DeviceBuffer DevsimBackend::adopt(DeviceBuffer inner) {
+  LTM_ASSERT(!capturing(), "devsim: an allocation of ", inner.bytes(),
+             " bytes while capturing a graph (size buffers before the capture)");
   void* data = inner.data();
   const size_t bytes = inner.bytes();
   const Precision precision = inner.precision();
@@ -93,7 +154,13 @@ DeviceBuffer DevsimBackend::adopt(DeviceBuffer inner) {
   return out;
 }
 
-void DevsimBackend::enqueue(std::function<void()> op) { state_->queue.push_back(std::move(op)); }
+void DevsimBackend::enqueue(std::function<void()> op) {
+  if (state_->capture != nullptr) {
+    state_->capture->ops.push_back(std::move(op));
+    return;
+  }
+  state_->queue.push_back(std::move(op));
+}
 
 void DevsimBackend::synchronize() { state_->drain(); }
 
@@ -138,6 +205,8 @@ void DevsimBackend::write_embedding_rows(DeviceBuffer& table, const float* e_row
 
 void DevsimBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
+  LTM_ASSERT(!capturing(), "devsim: copy_to_device of ", bytes,
+             " bytes of host memory while capturing a graph (copy the inputs before replay)");
   LTM_ASSERT(owns(dst, bytes), "devsim: copy_to_device into ", addr(dst), " (", bytes,
              " bytes), which is not device memory of the emulated device");
   auto staged = std::make_shared<std::vector<unsigned char>>(
@@ -148,6 +217,7 @@ void DevsimBackend::copy_to_device(void* dst, const void* host_src, size_t bytes
 
 void DevsimBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  LTM_ASSERT(!capturing(), "devsim: copy_to_host of ", bytes, " bytes while capturing a graph");
   LTM_ASSERT(owns(src, bytes), "devsim: copy_to_host from ", addr(src), " (", bytes,
              " bytes), which is not device memory of the emulated device");
   LTM_ASSERT(!owns(host_dst, 1), "devsim: copy_to_host into device memory ", addr(host_dst));

@@ -15,7 +15,15 @@
 //     poison, not the answer (a sampler turns NaN logits into a failed row, loudly; NaN bits
 //     read as a token id are an id far outside any vocab, which the engine refuses);
 //   - sampling on the device: sample_rows runs the host sampler on device buffers in stream
-//     order, so the engine's device sampling path (ids copied back, not logits) runs in CI.
+//     order, so the engine's device sampling path (ids copied back, not logits) runs in CI;
+//   - graphs (capture/replay, as CUDA graphs): capture() runs the ops once as usual, then
+//     records them instead of queueing them (each op's closure holds the pointers and host
+//     scalars it was given, as a CUDA graph's nodes do) together with every device pointer they
+//     were handed; replay() re-checks that each of those pointers is still in the registry and
+//     queues the recorded list as one op. While capturing, an alloc, a freed buffer, a drain
+//     (synchronize, read_on_host, a device communicator's transfer other than an all-reduce) or
+//     a copy from or to host memory aborts, as it would break a CUDA capture; the device
+//     communicator's all-reduces are recorded in the list (record_if_capturing);
 // The device communicator over it is parallel/devsim_communicator.h (refuses pointers that owns()
 // does not know, and drains the stream before each operation).
 // Threading: one thread at a time, as any Backend.
@@ -32,6 +40,8 @@
 #include "runtime/backend/backend.h"
 
 namespace ltm {
+
+struct DevsimRecording;  // a capture's ops and pointers (devsim_backend.cpp)
 
 class DevsimBackend final : public Backend {
  public:
@@ -68,6 +78,13 @@ class DevsimBackend final : public Backend {
   void synchronize() override;
   bool comm_on_device() const override { return true; }
   void* stream() override { return this; }
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<BackendGraph> capture(const std::function<void()>& ops) override;
+  void replay(BackendGraph& graph) override;
+  // For the device communicator: while capturing, records `op` in the graph and returns true;
+  // otherwise false (the caller runs it in stream order itself).
+  bool record_if_capturing(std::function<void()> op);
+  bool capturing() const;
 
   void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
             bool b_transposed, float beta) override;
@@ -103,6 +120,7 @@ class DevsimBackend final : public Backend {
     std::map<const char*, size_t> buffers;  // start -> bytes (at least 1)
     std::vector<std::function<void()>> queue;
     bool draining = false;
+    DevsimRecording* capture = nullptr;  // while capturing: where ops go instead of `queue`
     void drain();
   };
   // Records `inner` (a CPU buffer) as device memory and returns the buffer callers hold.

@@ -222,14 +222,26 @@ void Engine::follow() {
   }
 }
 
+void Engine::enable_decode_graphs(int max_batch) {
+  LTM_ASSERT(backend_.supports_graphs(), "decode graphs on ", backend_.describe());
+  graphs_ = std::make_unique<DecodeGraphs>(model_, backend_, cache_, max_batch,
+                                           static_cast<int>(model_.config().n_positions));
+}
+
 StepOutput Engine::execute(const StepPlan& plan) {
   const ShardSpec& s = model_.shard();
   const StepInput& in = plan.input;
   const int64_t d = model_.config().n_embd;
   const int64_t n = in.n_tokens();
-  const size_t hidden_bytes = static_cast<size_t>(std::max<int64_t>(n, 1) * d) * sizeof(float);
-  if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
-  float* hidden = hidden_.f32();
+  graph_step_ = graphs_ != nullptr && graphs_->bucket_for(in) > 0;
+  float* hidden = nullptr;
+  if (graph_step_) {
+    hidden = graphs_->hidden();  // the graphs' fixed buffer
+  } else {
+    const size_t hidden_bytes = static_cast<size_t>(std::max<int64_t>(n, 1) * d) * sizeof(float);
+    if (hidden_.bytes() < hidden_bytes) hidden_ = backend_.alloc(hidden_bytes);
+    hidden = hidden_.f32();
+  }
 
   // Activations stay on the device: the device communicator orders the transfers on the
   // backend's stream (no host wait here).
@@ -237,7 +249,11 @@ StepOutput Engine::execute(const StepPlan& plan) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
   }
-  model_.run_stage(in, hidden, cache_);
+  if (graph_step_) {
+    graphs_->run(in);  // the stage (and, last, the logits) as its bucket's graph
+  } else {
+    model_.run_stage(in, hidden, cache_);
+  }
   if (!s.is_last_stage()) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.post(hidden, n * d * sizeof(float), s.pp_rank + 1, kTagHidden);
@@ -273,17 +289,28 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
   std::vector<SampleResult> samples(m);
   if (m == 0) return samples;
   const size_t bytes = static_cast<size_t>(m * vl) * sizeof(float);
-  if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
-  model_.compute_logits(in, hidden_.f32(), logits_.f32());
+  const float* device_logits = nullptr;
+  if (graph_step_) {
+    device_logits = graphs_->logits();  // computed by the graph: rows 0 .. m-1
+  } else {
+    if (logits_.bytes() < bytes) logits_ = backend_.alloc(bytes);
+    model_.compute_logits(in, hidden_.f32(), logits_.f32());
+    device_logits = logits_.f32();
+  }
+  // The step's host wait: the device communicators' collectives and receives were enqueued with
+  // no host wait; settle() waits for them under the watchdog (a hung one is named and the group
+  // aborted) before the copies below wait for the stream.
+  comms_.tp_device.settle();
+  comms_.pp_device.settle();
   const bool want_logprobs = plan_wants_logprobs(plan);
   // The whole vocab here and only tokens (and each token's logprob) asked for: the backend
   // samples where the logits lie, and only ids come back (sample_on_backend).
   if (s.tp == 1 && full_logits == nullptr && !want_logprobs) {
-    sample_on_backend(plan, logits_.f32(), &samples);
+    sample_on_backend(plan, device_logits, &samples);
     return samples;
   }
   // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
-  host_rows_ = static_cast<const float*>(backend_.read_on_host(logits_.data(), bytes, host_logits_));
+  host_rows_ = static_cast<const float*>(backend_.read_on_host(device_logits, bytes, host_logits_));
 
   if (s.tp > 1 && full_logits == nullptr && !want_logprobs) {
     samples_from_candidates(plan, &samples);

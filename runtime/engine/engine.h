@@ -10,10 +10,12 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "parallel/communicator.h"
 #include "runtime/backend/backend.h"
+#include "runtime/model/decode_graphs.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/sampling/sampler.h"
@@ -69,6 +71,14 @@ class Engine final : public StepEngine {
   // Other ranks: executes the posted plans until shutdown.
   void follow();
 
+  // Decode steps of up to `max_batch` sequences run as captured graphs (--cuda-graphs;
+  // runtime/model/decode_graphs.h), on every rank alike; the backend must support_graphs().
+  // Call before the first step.
+  void enable_decode_graphs(int max_batch);
+  // Decode graphs captured and replayed so far on this rank (0 without them).
+  int decode_graphs() const { return graphs_ ? graphs_->graphs() : 0; }
+  int64_t decode_graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
   // Seconds spent in communication on this rank (plan posting excluded), for benchmarks.
   double comm_seconds() const { return comm_seconds_; }
   // Seconds this rank's stage spent in tensor-parallel all-reduces (Model::allreduce_seconds).
@@ -100,6 +110,8 @@ class Engine final : public StepEngine {
   DeviceBuffer logits_;      // [rows, vocab_local]
   std::vector<unsigned char> host_logits_;  // the logits' host copy (a device backend)
   const float* host_rows_ = nullptr;  // this step's logits on the host: logits_ itself on the CPU
+  std::unique_ptr<DecodeGraphs> graphs_;  // null: every step eager
+  bool graph_step_ = false;  // this step ran from a graph: its hidden and logits are graphs_'s
   std::vector<unsigned char> sample_in_host_;  // sample_on_backend: params + histories (host)
   DeviceBuffer sample_in_;                     // their device copy (Backend::stage_bytes)
   DeviceBuffer sample_out_;                    // [rows] tokens, then [rows] logprobs

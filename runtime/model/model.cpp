@@ -199,16 +199,16 @@ absl::Status Model::load_weights(const WeightSource& source) {
   return merge_status_;
 }
 
-void Model::ensure_workspace(int64_t n) {
-  if (n <= workspace_tokens_) return;
+void Model::ensure_workspace(Workspace& ws, int64_t n) {
+  if (n <= ws.tokens) return;
   n = std::max<int64_t>(n, 16);
   const size_t a = precision_size(act_);
-  ln_out_ = backend_.alloc(n * d_ * a);
-  qkv_ = backend_.alloc(n * 3 * d_local_ * a);
-  attn_out_ = backend_.alloc(n * d_local_ * a);
-  proj_out_ = backend_.alloc(n * d_ * sizeof(float));
-  ff_ = backend_.alloc(n * d_ff_local_ * a);
-  workspace_tokens_ = n;
+  ws.ln_out = backend_.alloc(n * d_ * a);
+  ws.qkv = backend_.alloc(n * 3 * d_local_ * a);
+  ws.attn_out = backend_.alloc(n * d_local_ * a);
+  ws.proj_out = backend_.alloc(n * d_ * sizeof(float));
+  ws.ff = backend_.alloc(n * d_ff_local_ * a);
+  ws.tokens = n;
 }
 
 void Model::upload_step(const StepInput& step) {
@@ -250,13 +250,28 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   attn_args_.block_size = cache.block_size();
   attn_args_.kv = cache.precision();
   attn_args_.act = act_;
-  ensure_workspace(n);
+  ensure_workspace(ws_, n);
+  StagedStep staged;
+  staged.attn = attn_args_;
+  staged.token_ids = backend_.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
+  staged.positions = backend_.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
+  staged.lora = true;
+  plan_lora_runs(step);
+  forward(staged, hidden, cache, ws_);
+  stage_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+}
+
+void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Workspace& ws) {
+  const AttentionArgs& args = step.attn;
+  const int64_t n = args.n_tokens;
+  if (n == 0) return;
+  LTM_ASSERT(ws.tokens >= n, "forward of ", n, " rows in a workspace of ", ws.tokens);
   const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
   const float eps = config_.layer_norm_epsilon;
   Backend& b = backend_;
-  const int32_t* ids = b.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
-  const int32_t* pos = b.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
-  plan_lora_runs(step);
+  const int32_t* ids = step.token_ids;
+  const int32_t* pos = step.positions;
 
   if (shard_.is_first_stage()) {
     // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
@@ -265,13 +280,17 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
     b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
   }
 
-  const Act ln(ln_out_.data(), act_), qkv(qkv_.data(), act_), attn(attn_out_.data(), act_),
-      ff(ff_.data(), act_);
-  float* proj = proj_out_.f32();
+  const Act ln(ws.ln_out.data(), act_), qkv(ws.qkv.data(), act_), attn(ws.attn_out.data(), act_),
+      ff(ws.ff.data(), act_);
+  float* proj = ws.proj_out.f32();
   const bool tp = shard_.tp > 1;
   // Biases go into the GEMM's epilogue (fused on a GPU) unless a LoRA update must come between
-  // the product and the bias (the CPU order: product, LoRA, bias).
-  const bool lora = !lora_runs_.empty();
+  // the product and the bias (the CPU order: product, LoRA, bias). LoRA only on run_stage's
+  // steps (a graph's step has no adapter; lora_runs_ may be an earlier step's).
+  const bool lora = step.lora && !lora_runs_.empty();
+  auto apply_lora = [&](size_t l, LoraModule m, Act x, Act out) {
+    if (lora) this->apply_lora(l, m, x, out);
+  };
   // Each residual block's end (bias, residual add) and the LayerNorm after it are one backend op
   // (add_bias_residual_layer_norm: one pass over hidden on a GPU); only the stage's first LN1 and
   // its last block's end stand alone.
@@ -287,8 +306,8 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
       b.add_bias_act(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
     }
-    b.kv_cache_write(attn_args_, qkv.data, cache.k(l), cache.v(l));
-    b.paged_attention(attn_args_, qkv.data, cache.k(l), cache.v(l), attn.data);
+    b.kv_cache_write(args, qkv.data, cache.k(l), cache.v(l));
+    b.paged_attention(args, qkv.data, cache.k(l), cache.v(l), attn.data);
     if (tp) {
       b.matmul_act(attn, w.attn_proj_w, proj, n, d, dl, 0.0f, nullptr, Epilogue::kNone);
       apply_lora(l, LoraModule::kAttnProj, attn, proj);  // partial update: summed below
@@ -326,8 +345,6 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }
-  stage_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 }
 
 absl::Status Model::add_adapter(int32_t id, const LoraAdapter& adapter) {
@@ -435,10 +452,17 @@ void Model::apply_lora(size_t l, LoraModule m, Act x, Act out) {
 void Model::compute_logits(const StepInput& step, const float* hidden, float* logits) {
   const int64_t m = static_cast<int64_t>(step.logit_rows.size());
   if (m == 0) return;
-  ensure_workspace(m);
+  ensure_workspace(ws_, m);
   const int32_t* rows =
       backend_.stage_i32(step.logit_rows.data(), step.logit_rows.size(), d_logit_rows_);
-  float* x = proj_out_.f32();  // fp32 whatever act_ is: LN_f's rows go to lm_head as fp32
+  logits_from(rows, m, hidden, logits, ws_);
+}
+
+void Model::logits_from(const int32_t* rows, int64_t m, const float* hidden, float* logits,
+                        Workspace& ws) {
+  if (m == 0) return;
+  LTM_ASSERT(ws.tokens >= m, "logits of ", m, " rows in a workspace of ", ws.tokens);
+  float* x = ws.proj_out.f32();  // fp32 whatever act_ is: LN_f's rows go to lm_head as fp32
   backend_.gather_rows(hidden, rows, x, m, d_);
   backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
   // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).

@@ -121,6 +121,35 @@ class Model {
   // the batch rows in step.logit_rows (padding rows come out as 0 and must be ignored).
   void compute_logits(const StepInput& step, const float* hidden, float* logits);
 
+  // --- the same forward pass on a step already on the device (decode graphs) ---
+  // Activation scratch of one forward pass, for up to `tokens` rows: elements of
+  // activation_precision() except proj_out (fp32: TP partial sums, all-reduced, and the final
+  // LayerNorm's rows).
+  struct Workspace {
+    int64_t tokens = 0;
+    DeviceBuffer ln_out;    // [tokens, d]
+    DeviceBuffer qkv;       // [tokens, 3 * d_local]
+    DeviceBuffer attn_out;  // [tokens, d_local]
+    DeviceBuffer proj_out;  // [tokens, d] fp32
+    DeviceBuffer ff;        // [tokens, d_ff_local]
+  };
+  // A step's arrays on the device with its attention hints (AttentionArgs, n_head, head_dim,
+  // block_size, kv and act filled in), as run_stage stages them.
+  struct StagedStep {
+    AttentionArgs attn;
+    const int32_t* token_ids = nullptr;  // [n_tokens] device
+    const int32_t* positions = nullptr;  // [n_tokens] device
+    bool lora = false;                   // apply this step's adapter runs (run_stage only)
+  };
+  // Grows `ws` to `n_tokens` rows (allocates: not while capturing).
+  void ensure_workspace(Workspace& ws, int64_t n_tokens);
+  // run_stage's ops on `step`, scratch in `ws` (sized already): no allocation, no host array,
+  // no host wait, so it can be captured (Backend::capture).
+  void forward(const StagedStep& step, float* hidden, KvCache& cache, Workspace& ws);
+  // compute_logits' ops for the m rows listed (device) in `rows`, scratch in `ws`.
+  void logits_from(const int32_t* rows, int64_t m, const float* hidden, float* logits,
+                   Workspace& ws);
+
  private:
   Model(const ModelConfig& config, const ShardSpec& shard, Backend& backend,
         parallel::Communicator& tp_comm);
@@ -138,7 +167,6 @@ class Model {
   void apply_lora(size_t l, LoraModule m, Act x, Act out);
   void plan_lora_runs(const StepInput& step);
   void upload_step(const StepInput& step);
-  void ensure_workspace(int64_t n_tokens);
   void all_reduce(float* data, int64_t count);
 
   ModelConfig config_;
@@ -178,14 +206,8 @@ class Model {
       d_block_tables_, d_logit_rows_;
   AttentionArgs attn_args_;
 
-  // Workspace, grown to the largest step seen. Elements of act_ except proj_out_ (fp32: TP
-  // partial sums, all-reduced, and the final LayerNorm's rows in compute_logits).
-  int64_t workspace_tokens_ = 0;
-  DeviceBuffer ln_out_;    // [n_tokens, d]
-  DeviceBuffer qkv_;       // [n_tokens, 3 * d_local]
-  DeviceBuffer attn_out_;  // [n_tokens, d_local]
-  DeviceBuffer proj_out_;  // [n_tokens, d] fp32
-  DeviceBuffer ff_;        // [n_tokens, d_ff_local]
+  // Workspace of run_stage and compute_logits, grown to the largest step seen.
+  Workspace ws_;
 };
 
 }  // namespace ltm

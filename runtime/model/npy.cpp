@@ -16,7 +16,7 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";  // 6 bytes
 constexpr size_t kMagicLen = 6;
 constexpr size_t kAlign = 64;
-constexpr int64_t kMaxHeaderBytes = 1 << 20;
+constexpr int64_t kMaxNpyHeaderBytes = 1 << 20;
 
 absl::Status io_error(const std::string& what, const std::string& path, int err) {
   return absl::Status(absl::ErrnoToStatusCode(err),
@@ -177,7 +177,7 @@ absl::StatusOr<std::pair<std::vector<float>, std::vector<int64_t>>> read_npy_f32
   if (!in.read(reinterpret_cast<char*>(len_bytes), len_size)) return bad_file(path, "truncated header");
   int64_t header_len = 0;
   for (int b = len_size - 1; b >= 0; --b) header_len = (header_len << 8) | len_bytes[b];
-  if (header_len > kMaxHeaderBytes) return bad_file(path, "header too long");
+  if (header_len > kMaxNpyHeaderBytes) return bad_file(path, "header too long");
   std::string header(static_cast<size_t>(header_len), '\0');
   if (!in.read(header.data(), header_len)) return bad_file(path, "truncated header");
 

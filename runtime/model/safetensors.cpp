@@ -24,7 +24,7 @@ using nlohmann::json;
 
 // The reference implementation refuses headers above 100 MB; so do we (a header that large is a
 // corrupt length field, and parsing it would only waste memory).
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 struct DTypeInfo {
   std::string_view name;
@@ -256,9 +256,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(MappedFile file) {
                                       " (first 8 bytes) is larger than the file (", file_size,
                                       " bytes): truncated or not a safetensors file"));
   }
-  if (header_len > kMaxHeaderBytes) {
+  if (header_len > kMaxSafetensorsHeaderBytes) {
     return corrupt(path, absl::StrCat("header length ", header_len, " exceeds the limit of ",
-                                      kMaxHeaderBytes, " bytes: corrupt header length"));
+                                      kMaxSafetensorsHeaderBytes, " bytes: corrupt header length"));
   }
   result.data_offset_ = 8 + header_len;
   const uint64_t data_size = file_size - result.data_offset_;

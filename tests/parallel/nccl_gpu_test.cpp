@@ -1,13 +1,15 @@
 // NcclCommunicator on a real device (skipped, exit 77, without one): a two-rank init whose second
 // rank never comes times out under the watchdog, aborts the NCCL communicator and takes the
 // process down with the collective-timeout code and the watchdog's line; a one-rank communicator
-// moves data. (The unit tests of the same logic without a device: device_wait_test,
-// unique_id_mpi_test.)
+// moves data; and its all-reduce captured inside a CUDA graph runs at every replay, with settle()
+// (the watched host wait) covering the replays. (The unit tests of the same logic without a
+// device: device_wait_test, unique_id_mpi_test.)
 #include <gtest/gtest.h>
 
 #ifdef LTM_HAVE_NCCL
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "common/exit_codes.h"
@@ -64,6 +66,63 @@ TEST(NcclGpu, OneRankCommunicatorMovesData) {
   EXPECT_EQ(back, h);
   cudaFree(d);
   cudaFree(g);
+}
+
+// A one-rank communicator's all-reduce captured in a CUDA graph between two copies (src -> buf,
+// all-reduce of buf, buf -> out), replayed three times over new contents of src: out holds the
+// sum over the one rank (src itself) after each replay, the capture lists nothing as pending, and
+// settle() after a replay waits for it under the watchdog. Then an eager all-reduce on the same
+// communicator still works (graph and eager NCCL work mixed).
+TEST(NcclGpu, NcclAllReduceInGraph) {
+  constexpr size_t kCount = 4096;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  SoloCommunicator host("solo");
+  NcclCommunicator comm(host, 0, stream);
+  float* src = nullptr;
+  float* buf = nullptr;
+  float* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&src, kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&buf, kBytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out, kBytes), cudaSuccess);
+
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(buf, src, kBytes, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+  comm.all_reduce_sum(buf, kCount);
+  ASSERT_EQ(cudaMemcpyAsync(out, buf, kBytes, cudaMemcpyDeviceToDevice, stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_EQ(comm.pending(), 0u) << "a captured all-reduce was listed as pending";
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  std::printf("captured graph: %zu nodes (2 copies + NCCL's)\n", nodes);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  std::vector<float> h(kCount), back(kCount);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < kCount; ++i) h[i] = static_cast<float>(round * 1000 + i % 997) - 0.5f;
+    ASSERT_EQ(cudaMemcpy(src, h.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    comm.settle();  // the watched wait: covers the replay's NCCL work
+    EXPECT_EQ(comm.pending(), 0u);
+    ASSERT_EQ(cudaMemcpy(back.data(), out, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back, h) << "replay " << round;
+  }
+  // Eager, on the same communicator, after the graph: enqueued, pending until settled.
+  comm.all_reduce_sum(out, kCount);
+  comm.settle();
+  EXPECT_EQ(comm.pending(), 0u);
+  ASSERT_EQ(cudaMemcpy(back.data(), out, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h);
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(src);
+  cudaFree(buf);
+  cudaFree(out);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace
