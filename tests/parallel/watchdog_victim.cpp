@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   }
   run_op(op, world, *layout);
   run_op("all_reduce", world, *layout);  // ranks outside the victim's group get stuck here
+  // Only ranks outside the victim's groups get here; they wait for the others far longer than
+  // the victim's peers do, so the first timeout (the message the tests expect) is always a
+  // peer's, even on a loaded machine where a peer starts its wait late.
+  world.set_collective_timeout(4 * timeout_s);
   world.world().barrier();
   std::printf("watchdog_victim: rank %d finished\n", world.rank());
   return 0;
