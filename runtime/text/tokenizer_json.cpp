@@ -342,7 +342,12 @@ struct TokenizerJsonReader {
       }
       if (kind != "SpecialToken")
         return error(at, "must be {\"SpecialToken\": {...}} or {\"Sequence\": {...}}");
-      const json* entry = specials ? &(*specials)[id] : nullptr;
+      // find, not operator[]: a const json's operator[] on a missing key reads past the map.
+      const json* entry = nullptr;
+      if (specials) {
+        auto found = specials->find(id);
+        if (found != specials->end()) entry = &*found;
+      }
       if (entry == nullptr || !entry->is_object() || !entry->contains("ids") ||
           !(*entry)["ids"].is_array())
         return error(at, absl::StrCat("special token ", quote_for_message(id),

@@ -294,6 +294,11 @@ TEST(TokenizerJsonTest, BrokenFilesAreNamed) {
   f = sentencepiece_file();
   f["post_processor"]["special_tokens"]["<s>"]["ids"] = {999};
   expect(f.dump(), "post_processor: id 999 is not a token");
+  // A template naming a special token that special_tokens lacks (the fuzzer's find: it was
+  // looked up with a const operator[], which reads past the map under ASan).
+  f = sentencepiece_file();
+  f["post_processor"]["special_tokens"].erase("<s>");
+  expect(f.dump(), "special token \"<s>\" has no \"ids\" in special_tokens");
   f = byte_level_file();
   f["decoder"] = nullptr;
   expect(f.dump(), "decoder: is missing");
