@@ -34,8 +34,9 @@ def test_ngram_gives_the_tokens_of_off_in_every_layout(sampling):
         print(f"tp={tp} pp={pp}: {spec}")
         assert spec["mode"] == "ngram"
         assert 0 < spec["accepted_tokens"] <= spec["proposed_tokens"], (tp, pp, spec)
-        # The answer repeats the verse (at temperature 0.3 too): most drafts are right.
-        assert spec["accepted_tokens"] >= 24, (tp, pp, spec)
+        # The answer repeats the verse (at temperature 0.3 too): many drafts are right (how many
+        # varies: the draft length follows the step times measured).
+        assert spec["accepted_tokens"] >= 12, (tp, pp, spec)
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -49,3 +50,33 @@ def test_bad_flags_are_refused_by_name(flags, message):
                     *flags], check=False, timeout=120)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr, p.stderr
+
+
+def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens():
+    """tp 2 serving with --speculative ngram: concurrent greedy calls give the one-shot tokens of
+    off, and /metrics counts the drafts (server totals and the per-request histogram)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ltm_testing.http import HttpServer
+
+    base = run(1, 1, "off")
+    want = base["generated_ids"]
+    with HttpServer(MODEL, ranks=2, tp=2, pp=1,
+                    extra=["--speculative", "ngram", "--spec-max-batch", "4"]) as srv:
+        client = srv.client()
+
+        def call(_):
+            r = client.generate(prompt_token_ids=base["prompt_ids"], max_new_tokens=48,
+                                temperature=0.0, ignore_eos=True)
+            return list(r.token_ids)
+        with ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(call, range(3)))
+        assert got == [want] * 3
+        srv.wait_http_idle()
+        fams = srv.metrics()
+        proposed = srv.sample("ltm_spec_proposed_tokens_total", fams)
+        accepted = srv.sample("ltm_spec_accepted_tokens_total", fams)
+        print(f"server: {accepted:.0f} of {proposed:.0f} drafts accepted")
+        assert 0 < accepted <= proposed
+        assert srv.sample("ltm_spec_steps_total", fams) > 0
+        assert srv.sample("ltm_spec_request_acceptance_rate_count", fams) == 3
