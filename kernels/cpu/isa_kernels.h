@@ -54,6 +54,14 @@ struct KernelTable {
   void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
 };
 
+// How a GEMM over `panels` column panels and m rows of A is cut into (panel, block of rows)
+// items for `threads` threads (packed_gemm.cpp; int8_gemm.cpp uses it too).
+struct RowSplit {
+  int64_t blocks;
+  int64_t rows;  // rows per block
+};
+RowSplit split_rows(int64_t m, int64_t panels, int threads);
+
 inline constexpr int kQueryTile = 4;  // attention query rows computed together
 
 // The table in use (chosen on the first call).
