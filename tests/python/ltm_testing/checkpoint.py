@@ -116,6 +116,34 @@ def _split(sizes: List[int], shards: int) -> List[int]:
     return result
 
 
+def write_model_files(dir: str, records: List[Tuple[str, str, Tuple[int, ...], bytes]],
+                      shards: int = 1) -> None:
+    """Writes (stored name, dtype, shape, bytes) records as HF does: model.safetensors, or
+    `shards` files model-0000k-of-0000n.safetensors and model.safetensors.index.json. Removes
+    the weight files of an earlier run first, so a rerun into the same folder cannot mix layouts."""
+    if shards < 1:
+        raise ValueError("shards must be >= 1")
+    for old in os.listdir(dir):
+        if old == SINGLE_FILE or old == INDEX_FILE or (
+                old.startswith("model-") and old.endswith(".safetensors")):
+            os.remove(os.path.join(dir, old))
+    metadata = {"format": "pt"}
+    if shards == 1:
+        write_safetensors(os.path.join(dir, SINGLE_FILE), records, metadata)
+    else:
+        assignment = _split([len(r[3]) for r in records], shards)
+        weight_map = {}
+        for k in range(shards):
+            file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+            group = [r for r, s in zip(records, assignment) if s == k]
+            write_safetensors(os.path.join(dir, file), group, metadata)
+            weight_map.update({r[0]: file for r in group})
+        index = {"metadata": {"total_size": sum(len(r[3]) for r in records)},
+                 "weight_map": weight_map}
+        with open(os.path.join(dir, INDEX_FILE), "w", encoding="utf-8") as f:
+            json.dump(index, f, indent=2)
+
+
 def make_checkpoint(dir: str, *, vocab_size: Optional[int] = None, n_positions: int = 64,
                     n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
                     n_inner: Optional[int] = None, std: float = 0.02, seed: int = 0,
@@ -180,25 +208,7 @@ def make_checkpoint(dir: str, *, vocab_size: Optional[int] = None, n_positions: 
             records.append((f"{prefix}h.{i}.attn.bias", "U8",
                             (1, 1, n_positions, n_positions), tril))
 
-    for old in os.listdir(dir):  # a rerun into the same folder must not mix layouts
-        if old == SINGLE_FILE or old == INDEX_FILE or (
-                old.startswith("model-") and old.endswith(".safetensors")):
-            os.remove(os.path.join(dir, old))
-    metadata = {"format": "pt"}
-    if shards == 1:
-        write_safetensors(os.path.join(dir, SINGLE_FILE), records, metadata)
-    else:
-        assignment = _split([len(r[3]) for r in records], shards)
-        weight_map = {}
-        for k in range(shards):
-            file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-            group = [r for r, s in zip(records, assignment) if s == k]
-            write_safetensors(os.path.join(dir, file), group, metadata)
-            weight_map.update({r[0]: file for r in group})
-        index = {"metadata": {"total_size": sum(len(r[3]) for r in records)},
-                 "weight_map": weight_map}
-        with open(os.path.join(dir, INDEX_FILE), "w", encoding="utf-8") as f:
-            json.dump(index, f, indent=2)
+    write_model_files(dir, records, shards)
 
     config = {
         "architectures": ["GPT2LMHeadModel"],
