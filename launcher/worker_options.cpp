@@ -63,7 +63,7 @@ po::options_description describe(WorkerOptions* o) {
       ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
       ("prefix-cache", po::value(&o->prefix_cache)->default_value("on"), "on | off: keep finished requests' full KV blocks and reuse them for prompts that start the same")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
-      ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16: how weight matrices are held (default: the checkpoint's dtype; f32 for a config)")
+      ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load (CPU only)")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
   po::options_description serve("Serving");
   serve.add_options()
@@ -204,8 +204,10 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},
                                     {"--kv-dtype", &o->kv_dtype}}) {
     Precision p;
-    if (!value->empty() && !parse_precision(*value, &p))
-      return fail(absl::StrCat(flag, " must be f32, bf16 or fp16, not '", *value, "'"));
+    const bool weights = std::string_view(flag) == "--weight-dtype";
+    if (!value->empty() && (!parse_precision(*value, &p) || (!weights && p == Precision::kInt8)))
+      return fail(absl::StrCat(flag, " must be ", weights ? "f32, bf16, fp16 or int8" : "f32, bf16 or fp16",
+                               ", not '", *value, "'"));
   }
   if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");

@@ -21,7 +21,9 @@
 // is in use and the CPU has VNNI), AVX2 (int8_kernels_avx2.cpp; also the AVX-512 path's kernel on
 // a CPU without VNNI), or portable C++ (int8_kernels_portable.cpp). All of them compute the same
 // integer sums; they differ only in the order of fp32 roundings (fma or not).
-// No AMX-INT8 kernel yet: prefill on an AMX CPU runs the AVX-512 VNNI kernel.
+// Decode (m == 1) on the VNNI kernel walks 4 panels per thread at once, as packed_gemm does
+// (LTM_INT8_GEMV=0 walks them one by one, for comparisons). No AMX-INT8 kernel yet: prefill on
+// an AMX CPU runs the AVX-512 VNNI kernel.
 #pragma once
 
 #include <cstddef>
