@@ -18,7 +18,7 @@ namespace {
     ns::panel_gemm, ns::bias_gelu, ns::layer_norm_row, ns::add, ns::add_bias, ns::attend_tile, \
         ns::exp_shift_sum, ns::panel_gemm_bf16, ns::panel_gemm_f16, ns::attend_tile_bf16,      \
         ns::attend_tile_f16, ns::bf16_to_f32_n, ns::f16_to_f32_n, ns::f32_to_bf16_n,            \
-        ns::f32_to_f16_n                                                                        \
+        ns::f32_to_f16_n, ns::rms_norm_row, ns::silu_mul_row, ns::rope_row                     \
   }
 
 const KernelTable kPortableTable = LTM_ISA_TABLE(portable);
@@ -97,7 +97,8 @@ void choose_once() {
 }  // namespace
 
 namespace {
-std::atomic<int> g_amx{-1};  // -1: not decided yet, 0 off, 1 on
+// The switch of the bf16 dot-product paths (AMX or AVX512-BF16): -1 not decided yet, 0 off, 1 on.
+std::atomic<int> g_amx{-1};
 
 bool amx_hardware() {
 #ifdef LTM_CPU_X86
@@ -113,26 +114,47 @@ bool amx_hardware() {
   return false;
 #endif
 }
-}  // namespace
 
-bool amx_available() { return amx_hardware(); }
+bool dpbf16_hardware() {
+#ifdef LTM_CPU_X86
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return !amx_hardware() && __builtin_cpu_supports("avx512bf16") &&
+           isa_supported(Isa::kAvx512);
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
 
-bool amx_enabled() {
+// The switch, decided once from LTM_AMX and the hardware; says which path on the first use.
+bool bf16_dot_on() {
   int v = g_amx.load();
   if (v < 0) {
     const char* env = std::getenv("LTM_AMX");
     const bool want = !(env != nullptr && std::string_view(env) == "0");
-    v = want && amx_hardware() ? 1 : 0;
+    v = want && (amx_hardware() || dpbf16_hardware()) ? 1 : 0;
     int expected = -1;
     if (g_amx.compare_exchange_strong(expected, v) && v == 1)
-      spdlog::info("cpu kernels: amx-bf16 for bf16 GEMMs of {}+ rows (activations rounded to "
-                   "bf16; LTM_AMX=0 turns it off)", kAmxMinRows);
+      spdlog::info("cpu kernels: {} for bf16 GEMMs of {}+ rows (activations rounded to bf16; "
+                   "LTM_AMX=0 turns it off)",
+                   amx_hardware() ? "amx-bf16" : "avx512-bf16 (vdpbf16ps)", kAmxMinRows);
     v = g_amx.load();
   }
   return v == 1 && isa() == Isa::kAvx512;
 }
+}  // namespace
 
-void set_amx(bool on) { g_amx.store(on && amx_hardware() ? 1 : 0); }
+bool amx_available() { return amx_hardware(); }
+
+bool amx_enabled() { return amx_hardware() && bf16_dot_on(); }
+
+bool dpbf16_available() { return dpbf16_hardware(); }
+
+bool dpbf16_enabled() { return dpbf16_hardware() && bf16_dot_on(); }
+
+void set_amx(bool on) { g_amx.store(on && (amx_hardware() || dpbf16_hardware()) ? 1 : 0); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

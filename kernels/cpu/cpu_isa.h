@@ -53,9 +53,14 @@ Isa choose_isa(const char* env_value);
 // 16 rows (one tile): measured here, 1 thread, GPT-2 shapes, AMX against the AVX-512 bf16
 // kernel: x1.8 at m = 16, x1.9-2.4 at m = 32, x3.2-4 at m = 64..512; decode of one to a few
 // sequences (m < 16) streams the weights on the AVX-512 kernel, with fp32 activations.
+// Without AMX, a CPU with AVX512-BF16 (AMD Zen 4/5, Intel Cooper Lake) takes the same rounding
+// and GEMMs of >= kAmxMinRows rows with vdpbf16ps (twice the elements per instruction of fp32
+// FMA): dpbf16_enabled() answers, and the same switch (LTM_AMX, set_amx) turns both off or on.
 inline constexpr int64_t kAmxMinRows = 16;
 bool amx_available();
 bool amx_enabled();
+bool dpbf16_available();
+bool dpbf16_enabled();
 void set_amx(bool on);
 
 // The CPU features the paths test, e.g. "avx512f avx512bw avx512vl avx512dq avx2 fma f16c".

@@ -52,6 +52,12 @@ struct KernelTable {
   void (*f16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
   void (*f32_to_bf16_n)(const float* src, uint16_t* dst, int64_t n);
   void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
+  // The Llama family's rows (llama_kernels.inc): one row of RMSNorm (in and out may alias);
+  // out = silu(gate) * up over cols; rotate-half RoPE in place on n_heads consecutive heads with
+  // cos_sin = [cos of head_dim / 2 angles | their sin].
+  void (*rms_norm_row)(const float* in, const float* w, float* out, int64_t cols, float eps);
+  void (*silu_mul_row)(const float* gate, const float* up, float* out, int64_t cols);
+  void (*rope_row)(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);
 };
 
 // How a GEMM over `panels` column panels and m rows of A is cut into (panel, block of rows)
@@ -97,6 +103,9 @@ const KernelTable& kernel_table();
   void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                 \
   void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);                                \
   void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);                                 \
+  void rms_norm_row(const float* in, const float* w, float* out, int64_t cols, float eps);       \
+  void silu_mul_row(const float* gate, const float* up, float* out, int64_t cols);               \
+  void rope_row(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);              \
   }
 
 LTM_DECLARE_ISA_KERNELS(portable)
@@ -114,17 +123,25 @@ void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t
 // AMX (packed_gemm_amx.cpp), outside the table: an addition to the AVX-512 path (cpu_isa.h).
 namespace amx {
 bool request_amx();  // asks Linux for the tile state; false when refused
-// A [m, k] fp32 rows to bf16 rows of kpad (a multiple of 32) elements, zero past k.
-void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out);
 // C[m, cols] = A16 @ P + beta * C for one bf16 panel P (pairs of rows, packed_gemm.h); A16 from
-// round_rows_bf16 with its rows padded to a multiple of 16. Scratch: tail 16 * 128, c_tile
-// 16 * 64 elements.
+// avx512::bf16dot::round_rows_bf16 with its rows padded to a multiple of 16. Scratch: tail
+// 16 * 128, c_tile 16 * 64 elements.
 // next_panel (may be null): the panel this thread multiplies next, pulled into L2 while the first
 // 16 rows of this one run, so that its read from memory overlaps this one's tiles.
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
                      int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta,
                      uint16_t* tail, float* c_tile, const uint16_t* next_panel = nullptr);
 }  // namespace amx
+// AVX512-BF16 (packed_gemm_avx512bf16.cpp), outside the table: the bf16 dot-product path of
+// packed_gemm on CPUs without AMX (cpu_isa.h: dpbf16_enabled), and A's rounding for both.
+namespace avx512::bf16dot {
+// A [m, k] fp32 rows to bf16 rows of kpad (a multiple of 32) elements, zero past k.
+void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out);
+// C[m, cols] = A16 @ P + beta * C for one bf16 panel P (pairs of rows, packed_gemm.h) with
+// vdpbf16ps; A16 from round_rows_bf16 (m rows, no padding rows needed).
+void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,
+                     int64_t ldc, int64_t m, int64_t k, int64_t cols, float beta);
+}  // namespace avx512::bf16dot
 #endif
 
 }  // namespace ltm::kernels::cpu

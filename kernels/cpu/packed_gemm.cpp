@@ -129,10 +129,11 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
 #ifdef LTM_CPU_X86
 namespace {
 
-// The AMX path of packed_gemm for bf16 weights (cpu_isa.h): A rounded to bf16 once, in whole
-// tiles (rows padded to 16, k to 32), then (panel, block of rows) items as the other paths.
-void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
-                          int64_t k, float beta, int64_t panels) {
+// The bf16 dot-product paths of packed_gemm for bf16 weights (cpu_isa.h): A rounded to bf16
+// once, in whole AMX tiles (rows padded to 16, k to 32), then (panel, block of rows) items as the
+// other paths, on AMX tiles (amx) or with AVX512-BF16's vdpbf16ps.
+void packed_gemm_bf16_rounded(const float* a, const uint16_t* w, float* c, int64_t m, int64_t n,
+                              int64_t k, float beta, int64_t panels, bool amx) {
   const int64_t kpad = (k + 31) / 32 * 32, mpad = (m + 15) / 16 * 16;
   const size_t panel_elems = static_cast<size_t>(panel_rows(k, WeightType::kBF16) * kPanelWidth);
   // Rows on 64-byte boundaries (kpad * 2 bytes apart from an aligned start): a tile row that
@@ -148,7 +149,8 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
   const int threads = std::max(1, blas_threads());
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t r0 = 0; r0 < m; r0 += 16)
-    amx::round_rows_bf16(a + r0 * k, std::min<int64_t>(16, m - r0), k, kpad, a16 + r0 * kpad);
+    avx512::bf16dot::round_rows_bf16(a + r0 * k, std::min<int64_t>(16, m - r0), k, kpad,
+                                     a16 + r0 * kpad);
   RowSplit split = split_rows(m, panels, threads);
   split.rows = (split.rows + 15) / 16 * 16;  // whole tiles
   split.blocks = (m + split.rows - 1) / split.rows;
@@ -165,6 +167,12 @@ void packed_gemm_bf16_amx(const float* a, const uint16_t* w, float* c, int64_t m
       const int64_t j = item % panels, r0 = (item / panels) * split.rows;
       const int64_t rows = std::min(split.rows, m - r0);
       const int64_t c0 = j * kPanelWidth;
+      if (!amx) {
+        avx512::bf16dot::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems,
+                                         c + r0 * n + c0, n, rows, k,
+                                         std::min(kPanelWidth, n - c0), beta);
+        continue;
+      }
       const uint16_t* next = item + 1 < hi ? w + ((item + 1) % panels) * panel_elems : nullptr;
       amx::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n, rows, k,
                            std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
@@ -303,8 +311,9 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
 #ifdef LTM_CPU_X86
-  if (t == WeightType::kBF16 && m >= kAmxMinRows && amx_enabled()) {
-    packed_gemm_bf16_amx(a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels);
+  if (t == WeightType::kBF16 && m >= kAmxMinRows && (amx_enabled() || dpbf16_enabled())) {
+    packed_gemm_bf16_rounded(a, static_cast<const uint16_t*>(packed), c, m, n, k, beta, panels,
+                             amx_enabled());
     return;
   }
 #endif

@@ -2,8 +2,8 @@
 // of A) at several times the AVX-512 FMA rate. Target flags: kernels/CMakeLists.txt. Include
 // only isa_kernels.h and intrinsics here (see isa_kernels.h).
 //
-// A (fp32 activations) is rounded to bf16 by the caller (amx_round_rows), as oneDNN and llama.cpp
-// do for bf16 weights; accumulation is fp32. A bf16 panel is packed in pairs of rows
+// A (fp32 activations) is rounded to bf16 by the caller (avx512::bf16dot::round_rows_bf16), as
+// oneDNN and llama.cpp do for bf16 weights; accumulation is fp32. A bf16 panel is packed in pairs of rows
 // (packed_gemm.h), which is the VNNI layout the tiles read: for every 16 rows of A the kernel
 // multiplies 16 x 32 A tiles by four 16-pair x 16-column B tiles, loaded from the panel itself,
 // into four 16 x 16 fp32 C tiles.
@@ -52,28 +52,6 @@ bool request_amx() {
   // XFEATURE_XTILEDATA); CPUID may report AMX on a kernel or VM that does not allow it.
   constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
-void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t kpad, uint16_t* out) {
-  for (int64_t r = 0; r < m; ++r) {
-    const float* src = a + r * k;
-    uint16_t* dst = out + r * kpad;
-    int64_t p = 0;
-    for (; p + 32 <= k; p += 32) {
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + p + 16), _mm512_loadu_ps(src + p));
-      _mm512_storeu_si512(dst + p, (__m512i)v);
-    }
-    if (p < k) {
-      const int64_t n = k - p;
-      const __mmask16 lo = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-      const __mmask16 hi = n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + p + 16),
-                                            _mm512_maskz_loadu_ps(lo, src + p));
-      _mm512_storeu_si512(dst + p, (__m512i)v);  // zeros past k (masked loads)
-      p += 32;
-    }
-    for (; p < kpad; p += 32) _mm512_storeu_si512(dst + p, _mm512_setzero_si512());
-  }
 }
 
 void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, float* c,

@@ -1,7 +1,8 @@
-// The AMX path of packed_gemm for bf16 weights (kernels/cpu/cpu_isa.h: GEMMs of >= kAmxMinRows
-// rows round A to bf16 and run on the tiles) against a double-precision reference on the same
-// rounded A and W; ragged k, n and m (partial tiles), beta, 1 and 2 threads. Reported skipped
-// (ctest) on a CPU or kernel without AMX-BF16.
+// The bf16 dot-product paths of packed_gemm for bf16 weights (kernels/cpu/cpu_isa.h: GEMMs of
+// >= kAmxMinRows rows round A to bf16 and run on AMX tiles, or with AVX512-BF16's vdpbf16ps on a
+// CPU without AMX) against a double-precision reference on the same rounded A and W; ragged k, n
+// and m (partial tiles, odd k: the pad row of the last pair), beta, 1 and 2 threads. Reported
+// skipped (ctest) on a CPU or kernel with neither AMX-BF16 nor AVX512-BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,10 +49,12 @@ double check(int64_t m, int64_t n, int64_t k, float beta) {
 class Amx : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!amx_available()) GTEST_SKIP() << "AMX not available on this CPU";
+    if (!amx_available() && !dpbf16_available())
+      GTEST_SKIP() << "AMX not available on this CPU (nor AVX512-BF16)";
     ASSERT_TRUE(set_isa(Isa::kAvx512));
     set_amx(true);
-    ASSERT_TRUE(amx_enabled());
+    ASSERT_TRUE(amx_enabled() != dpbf16_enabled());  // one of the two, never both
+    std::printf("path: %s\n", amx_enabled() ? "amx-bf16" : "avx512-bf16");
   }
   void TearDown() override { set_blas_threads(saved_); }
   int saved_ = blas_threads();

@@ -267,25 +267,31 @@ def read_safetensors(path: str) -> Dict[str, Tuple[str, Tuple[int, ...], np.ndar
 def load_checkpoint(dir: str) -> Dict[str, torch.Tensor]:
     """Reads an HF GPT-2 checkpoint folder back: {name without prefix: float32 tensor}.
     Skips lm_head.weight and the attn.bias / attn.masked_bias buffers (as ltm does)."""
-    index_path = os.path.join(dir, INDEX_FILE)
+    weights: Dict[str, torch.Tensor] = {}
+    for name, values in read_folder(dir, PREFIX):
+        if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        weights[name] = values
+    return weights
+
+
+def read_folder(dir: str, prefix: str):
+    """Yields (stored name less `prefix`, float32 tensor) for every tensor of an HF folder's
+    model.safetensors, or of the files its model.safetensors.index.json names."""
     if os.path.exists(os.path.join(dir, SINGLE_FILE)):
         files = [SINGLE_FILE]
     else:
-        with open(index_path, encoding="utf-8") as f:
+        with open(os.path.join(dir, INDEX_FILE), encoding="utf-8") as f:
             files = sorted(set(json.load(f)["weight_map"].values()))
-    weights: Dict[str, torch.Tensor] = {}
     for file in files:
         for name, (dtype, shape, array) in read_safetensors(os.path.join(dir, file)).items():
-            if name.startswith(PREFIX):
-                name = name[len(PREFIX):]
-            if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
-                continue
+            if name.startswith(prefix):
+                name = name[len(prefix):]
             if dtype == "BF16":
                 values = (array.astype(np.uint32) << 16).view(np.float32)
             else:
                 values = array.astype(np.float32)
-            weights[name] = torch.from_numpy(values.copy()).reshape(shape)
-    return weights
+            yield name, torch.from_numpy(values.copy()).reshape(shape)
 
 
 def main() -> None:

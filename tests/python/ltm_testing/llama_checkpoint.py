@@ -40,8 +40,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from .checkpoint import DTYPES, INDEX_FILE, SINGLE_FILE, _to_bytes, read_safetensors, \
-    write_model_files
+from .checkpoint import DTYPES, _to_bytes, read_folder, write_model_files
 from .tokenizer_files import gpt2_tokenizer_json
 
 FAMILIES = {"llama": ("LlamaForCausalLM", "llama"),
@@ -209,22 +208,7 @@ def load_llama_config(dir: str) -> dict:
 def load_llama_checkpoint(dir: str) -> Dict[str, torch.Tensor]:
     """Reads a folder back: {name without "model.": float32 tensor}, "lm_head.weight" included
     when stored."""
-    if os.path.exists(os.path.join(dir, SINGLE_FILE)):
-        files = [SINGLE_FILE]
-    else:
-        with open(os.path.join(dir, INDEX_FILE), encoding="utf-8") as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    weights: Dict[str, torch.Tensor] = {}
-    for file in files:
-        for name, (dtype, shape, array) in read_safetensors(os.path.join(dir, file)).items():
-            if name.startswith(PREFIX):
-                name = name[len(PREFIX):]
-            if dtype == "BF16":
-                values = (array.astype(np.uint32) << 16).view(np.float32)
-            else:
-                values = array.astype(np.float32)
-            weights[name] = torch.from_numpy(values.copy()).reshape(shape)
-    return weights
+    return dict(read_folder(dir, PREFIX))
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 import torch
 
 from .llama_checkpoint import has_o_bias, has_qkv_bias, head_dim_of
+from .reference import greedy
 
 
 def rope_inv_freq(config: dict) -> torch.Tensor:
@@ -152,12 +153,4 @@ class LlamaReference:
         return self._norm(x, "norm") @ self.head.T
 
     def greedy(self, ids: List[int], n_new: int, eos: Optional[int] = None) -> List[int]:
-        seq = list(ids)
-        out = []
-        for _ in range(n_new):
-            tok = int(torch.argmax(self.logits(seq)[-1]))
-            out.append(tok)
-            seq.append(tok)
-            if eos is not None and tok == eos:
-                break
-        return out
+        return greedy(self.logits, ids, n_new, eos)

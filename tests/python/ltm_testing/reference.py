@@ -137,12 +137,17 @@ class Gpt2Reference:
         return (q * s).reshape(x.shape[0], -1)[:, : x.shape[1]].to(self.dtype)
 
     def greedy(self, ids: List[int], n_new: int, eos: Optional[int] = None) -> List[int]:
-        seq = list(ids)
-        out = []
-        for _ in range(n_new):
-            tok = int(torch.argmax(self.logits(seq)[-1]))
-            out.append(tok)
-            seq.append(tok)
-            if eos is not None and tok == eos:
-                break
-        return out
+        return greedy(self.logits, ids, n_new, eos)
+
+
+def greedy(logits, ids: List[int], n_new: int, eos: Optional[int] = None) -> List[int]:
+    """n_new greedy tokens after ids (fewer when eos comes), each from logits(context)[-1]."""
+    seq = list(ids)
+    out = []
+    for _ in range(n_new):
+        tok = int(torch.argmax(logits(seq)[-1]))
+        out.append(tok)
+        seq.append(tok)
+        if eos is not None and tok == eos:
+            break
+    return out
