@@ -97,7 +97,33 @@ PanelFn panel_kernel(const char** name = nullptr) {
   }
 }
 
+void quantize_row_portable(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum) {
+  int8_quantize_row(a, k, q, scale);
+  for (int64_t g = 0; g < int8_groups(k); ++g) {
+    int32_t s = 0;
+    for (int64_t p = 0; p < kInt8Group; ++p) s += q[g * kInt8Group + p];
+    sum[g] = s;
+  }
+}
+
+using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*, int32_t*);
+
+QuantizeFn quantize_kernel() {
+  switch (isa()) {
+#ifdef LTM_CPU_X86
+    case Isa::kAvx512: return int8::avx512::quantize_row;
+    case Isa::kAvx2: return int8::avx2::quantize_row;
+#endif
+    default: return quantize_row_portable;
+  }
+}
+
 }  // namespace
+
+void int8_quantize_row_for_path(const float* a, int64_t k, int8_t* q, float* scales,
+                                int32_t* sums) {
+  quantize_kernel()(a, k, q, scales, sums);
+}
 
 size_t int8_packed_bytes(int64_t k, int64_t n) {
   return static_cast<size_t>(panels_of(n)) * panel_bytes(k);
@@ -206,15 +232,10 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
   int8_t* q = q_store.data();
   float* scale = scale_store.data();
   int32_t* sum = sum_store.data();
+  const QuantizeFn quantize = quantize_kernel();
 #pragma omp parallel for schedule(static) num_threads(threads) if (m >= 8)
-  for (int64_t r = 0; r < m; ++r) {
-    int8_quantize_row(a + r * k, k, q + r * kq, scale + r * groups);
-    for (int64_t g = 0; g < groups; ++g) {
-      int32_t s = 0;
-      for (int64_t p = 0; p < kInt8Group; ++p) s += q[r * kq + g * kInt8Group + p];
-      sum[r * groups + g] = s;
-    }
-  }
+  for (int64_t r = 0; r < m; ++r)
+    quantize(a + r * k, k, q + r * kq, scale + r * groups, sum + r * groups);
   const auto* w = static_cast<const uint8_t*>(packed);
 #ifdef LTM_CPU_X86
   static const bool gemv_on = [] {

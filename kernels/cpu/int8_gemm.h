@@ -67,5 +67,9 @@ const char* int8_kernel_name();
 // Tests and references: the quantization of one row of A as int8_gemm does it. q gets
 // int8_groups(k) * 32 values (zero past k), scales one fp32 per group.
 void int8_quantize_row(const float* a, int64_t k, int8_t* q, float* scales);
+// The same on the current path's vector code (bit for bit int8_quantize_row's), plus each
+// group's sum of q.
+void int8_quantize_row_for_path(const float* a, int64_t k, int8_t* q, float* scales,
+                                int32_t* sums);
 
 }  // namespace ltm::kernels::cpu

@@ -25,9 +25,19 @@ struct QuantRows {
                   int64_t cols, float beta);                                                     \
   }
 
+// One row of A quantized as int8_quantize_row does it, bit for bit (int8_gemm.h), plus each
+// group's sum: q gets groups * 32 values, scale and sum one per group. The portable path runs
+// int8_quantize_row itself (int8_gemm.cpp).
+#define LTM_DECLARE_INT8_QUANTIZE(ns)                                                            \
+  namespace ns {                                                                                 \
+  void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum);           \
+  }
+
 LTM_DECLARE_INT8_KERNELS(portable)
 #if defined(__x86_64__) || defined(__i386__)
 LTM_DECLARE_INT8_KERNELS(avx2)
+LTM_DECLARE_INT8_QUANTIZE(avx2)
+LTM_DECLARE_INT8_QUANTIZE(avx512)
 LTM_DECLARE_INT8_KERNELS(avx512)  // AVX-512 VNNI
 namespace avx512 {
 // One row of A (decode) times n_panels <= 4 consecutive panels (panel_bytes apart; C gets `cols`

@@ -98,6 +98,53 @@ inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc
 
 }  // namespace
 
+void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum) {
+  // As int8_quantize_row (see the AVX-512 version); a tail group is copied into a zero-padded
+  // buffer first.
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const int64_t groups = (k + 31) / 32;
+  alignas(32) float tail[32];
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* src = a + 32 * g;
+    if (k - 32 * g < 32) {
+      for (int64_t i = 0; i < 32; ++i) tail[i] = i < k - 32 * g ? src[i] : 0.0f;
+      src = tail;
+    }
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(src + 8 * j);
+      v[j] = _mm256_and_ps(v[j], _mm256_cmp_ps(v[j], v[j], _CMP_ORD_Q));  // NaN -> 0
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scale[g] = amax / 127.0f;
+    const __m256 vi = _mm256_set1_ps(inv);
+    __m256i qi[4];
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      __m256 p = _mm256_mul_ps(v[j], vi);
+      p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));  // inf * 0
+      qi[j] = _mm256_min_epi32(hi, _mm256_max_epi32(lo, _mm256_cvtps_epi32(p)));
+      s = _mm256_add_epi32(s, qi[j]);
+    }
+    // int32 -> int8 in order: the packs work within 128-bit lanes, the permute puts them back.
+    const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * g), p8);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    sum[g] = _mm_cvtsi128_si32(s4);
+  }
+}
+
 void panel_gemm(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t m,
                 int64_t cols, float beta) {
   constexpr int kRows = 2;

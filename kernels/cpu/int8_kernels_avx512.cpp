@@ -85,6 +85,36 @@ inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc
 
 }  // namespace
 
+void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum) {
+  // As int8_quantize_row: NaN lanes count as zero, the product a * (127 / amax) rounded to
+  // nearest even (vcvtps2dq under the default rounding) and clamped to +-127.
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const int64_t groups = (k + 31) / 32;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = k - 32 * g < 32 ? k - 32 * g : 32;
+    const __mmask16 m0 = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+    const __mmask16 m1 = rows >= 32 ? __mmask16(0xFFFF)
+                         : rows > 16 ? __mmask16((1u << (rows - 16)) - 1) : __mmask16(0);
+    __m512 v0 = _mm512_maskz_loadu_ps(m0, a + 32 * g), v1 = _mm512_maskz_loadu_ps(m1, a + 32 * g + 16);
+    v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, v0, _CMP_ORD_Q), v0);
+    v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, v1, _CMP_ORD_Q), v1);
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scale[g] = amax / 127.0f;
+    const __m512 vi = _mm512_set1_ps(inv);
+    __m512 p0 = _mm512_mul_ps(v0, vi), p1 = _mm512_mul_ps(v1, vi);
+    p0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p0, p0, _CMP_ORD_Q), p0);  // inf * 0
+    p1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p1, p1, _CMP_ORD_Q), p1);
+    const __m512i q0 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(p0)));
+    const __m512i q1 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(p1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g + 16), _mm512_cvtepi32_epi8(q1));
+    sum[g] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
 void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
                  float* c, int64_t cols, float beta) {
   // Up to 4 panels, group by group: 4 sequential streams per core.

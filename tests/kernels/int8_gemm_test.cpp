@@ -233,6 +233,32 @@ TEST_P(Int8GemmIsa, CpuBackendWeightsEmbeddingAndLmHead) {
     }
 }
 
+TEST_P(Int8GemmIsa, QuantizeRowIsBitIdenticalOnEveryPath) {
+  // Random rows with ties (x.5 after scaling), zeros, NaN, inf and huge values; k with tails.
+  for (int64_t k : {1, 5, 31, 32, 33, 64, 100, 768}) {
+    std::vector<float> a = random_vec(k, static_cast<unsigned>(k), -3.0f, 3.0f);
+    for (int64_t p = 0; p < k; p += 7) a[p] = std::nearbyint(a[p] * 4.0f) / 8.0f;  // ties
+    if (k > 40) {
+      a[3] = std::nanf("");
+      a[35] = std::numeric_limits<float>::infinity();
+      for (int64_t p = 64; p < std::min<int64_t>(k, 96); ++p) a[p] = 0.0f;  // an all-zero group
+    }
+    const int64_t g = int8_groups(k);
+    std::vector<int8_t> q_ref(g * 32, 99), q(g * 32, 77);
+    std::vector<float> s_ref(g), s(g);
+    std::vector<int32_t> sum(g);
+    int8_quantize_row(a.data(), k, q_ref.data(), s_ref.data());
+    int8_quantize_row_for_path(a.data(), k, q.data(), s.data(), sum.data());
+    EXPECT_EQ(q, q_ref) << "k=" << k;
+    for (int64_t i = 0; i < g; ++i) {
+      EXPECT_EQ(std::memcmp(&s[i], &s_ref[i], sizeof(float)), 0) << "k=" << k << " group " << i;
+      int32_t want = 0;
+      for (int64_t p = 0; p < 32; ++p) want += q_ref[i * 32 + p];
+      EXPECT_EQ(sum[i], want) << "k=" << k << " group " << i;
+    }
+  }
+}
+
 LTM_INSTANTIATE_ISA_TESTS(Int8GemmIsa);
 
 TEST(Int8Pack, ScalesAndRounding) {
