@@ -81,6 +81,7 @@ void gather_rows_f32(const void* cache, int64_t src, int64_t n, WeightType t, fl
       break;
     case WeightType::kBF16: kt.bf16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
     case WeightType::kF16: kt.f16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
+    case WeightType::kInt8: break;  // weights only: no cache holds it (the backends refuse it)
   }
 }
 
@@ -220,6 +221,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
                              static_cast<const uint16_t*>(k_cache),
                              static_cast<const uint16_t*>(v_cache), out, scores.data());
           break;
+        case WeightType::kInt8: break;  // weights only (see gather_rows_f32)
       }
     }
   }
