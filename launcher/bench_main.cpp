@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     // Room for every sequence's whole context (a one-shot rank otherwise holds one context).
     auto config = ltm::load_config_for(o.model);
     if (config.ok()) {
-      const int64_t per_token = 2 * config->n_layer * config->n_embd * 4;
+      const int64_t per_token = 2 * config->n_layer * config->kv_width() * 4;  // K and V heads
       o.kv_memory_mb = std::max<int64_t>(
           1, (static_cast<int64_t>(batch) * (prompt_tokens + new_tokens + o.block_size) * per_token >> 20) + 1);
     }
@@ -295,11 +295,15 @@ int main(int argc, char** argv) {
   // sequence's K and V so far; prefill does 2 FLOPs per weight per token plus attention
   // (QK^T and PV over the causal half).
   const int64_t d = c.n_embd, L = c.n_layer;
-  const double layer_params = 12.0 * d * d + 13.0 * d;
+  // A layer's matrices: Q, K, V, O (K and V narrower with grouped-query attention) and the MLP
+  // (GELU: 2 matrices of d x d_ff, SwiGLU: 3); 12 d^2 + 13 d for GPT-2.
+  const double layer_params = double(d) * (2.0 * c.q_width() + 2.0 * c.kv_width()) +
+                              (c.is_llama() ? 3.0 : 2.0) * d * c.n_inner +
+                              (c.is_llama() ? 0.0 : 13.0 * d);
   const double prefill_flops = batch * (2.0 * layer_params * L * prompt_tokens +
-                                        2.0 * 2.0 * L * d * (double(prompt_tokens) * (prompt_tokens + 1) / 2) +
+                                        2.0 * 2.0 * L * c.q_width() * (double(prompt_tokens) * (prompt_tokens + 1) / 2) +
                                         2.0 * c.vocab_size * d);
-  const double kv_bytes_per_position = 2.0 * L * d * ltm::precision_size(rs.kv_precision);
+  const double kv_bytes_per_position = 2.0 * L * c.kv_width() * ltm::precision_size(rs.kv_precision);
   const double mean_context = prompt_tokens + new_tokens / 2.0;
   const double decode_step_bytes = total_weight_bytes + batch * mean_context * kv_bytes_per_position;
   double bandwidth = 0, peak = 0;

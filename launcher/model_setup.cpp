@@ -120,7 +120,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   // The model's shape first: a layout that cannot work is refused before any weight is read.
   LTM_ASSIGN_OR_RETURN(ModelConfig config, load_config_for(o.model));
   LTM_RETURN_IF_ERROR(parallel::validate_layout(rs->world->size(), o.tp, o.pp, config.n_head,
-                                                config.n_layer, config.n_inner));
+                                                config.kv_heads(), config.n_layer, config.n_inner));
   LTM_ASSIGN_OR_RETURN(parallel::WorldLayout layout, rs->world->create_groups(o.tp, o.pp));
 
   rs->threads = o.threads > 0 ? o.threads
@@ -163,7 +163,8 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   if (folder) {
     stamps = stamp_checkpoint_files(o.model);  // before opening: a change while loading shows
     LTM_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(o.model));
-    rs->checkpoint_dtype = opened.dtype("wte.weight");
+    rs->checkpoint_dtype =
+        opened.dtype(config.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
     spdlog::info("opened checkpoint {}: {} layers, n_embd {}, vocab {}, {} weights",
                  o.model, config.n_layer, config.n_embd, config.vocab_size,
                  dtype_name(*rs->checkpoint_dtype));
@@ -176,10 +177,14 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
         precision_name(precisions.kv), ": ", rs->backend->describe(),
         " does not hold weights and caches of these types"));
   rs->kv_precision = precisions.kv;
-  if (int64_t max_dim = 0; !rs->backend->supports_head_dim(config.n_embd / config.n_head, &max_dim))
+  if (config.is_llama() && !rs->backend->supports_llama())
     return absl::InvalidArgumentError(absl::StrCat(
-        o.model, ": n_head ", config.n_head, " makes heads of ", config.n_embd / config.n_head,
-        " dimensions (n_embd ", config.n_embd, " / n_head); the attention kernels of ",
+        o.model, " is a ", config.architecture, " (Llama family): --device ", o.device,
+        " has no RMSNorm/RoPE/SwiGLU kernels yet; run it with --device cpu"));
+  if (int64_t max_dim = 0; !rs->backend->supports_head_dim(config.head_dim(), &max_dim))
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.model, ": n_head ", config.n_head, " makes heads of ", config.head_dim(),
+        " dimensions (n_embd ", config.n_embd, " / n_head, or head_dim); the attention kernels of ",
         rs->backend->describe(), " take at most ", max_dim,
         max_dim > 128 ? " (a multiple of 4 above 128 on cuda)" : ""));
   // Weights that would not fit in memory are refused before anything is allocated.
@@ -238,7 +243,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   KvSizing sizing;
   sizing.n_layers_local = parallel::max_stage_layers(config.n_layer, config.vocab_size,
                                                      config.n_embd, o.pp);
-  sizing.n_head_local = rs->model->n_head_local();
+  sizing.n_head_local = rs->model->n_kv_head_local();  // the cache holds KV heads
   sizing.head_dim = config.head_dim();
   sizing.n_positions = config.n_positions;
   // --perplexity runs windows of up to n_positions tokens (+ the one sampled after each), 8 at a
@@ -264,10 +269,10 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   }
   LTM_ASSIGN_OR_RETURN(rs->n_blocks, plan_kv_blocks(sizing));
   rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
-                                        rs->model->n_head_local(), config.head_dim(),
+                                        rs->model->n_kv_head_local(), config.head_dim(),
                                         o.block_size, rs->n_blocks, rs->kv_precision);
   rs->kv_bytes = static_cast<uint64_t>(rs->n_blocks) *
-                 KvCache::block_bytes(rs->model->layers().size(), rs->model->n_head_local(),
+                 KvCache::block_bytes(rs->model->layers().size(), rs->model->n_kv_head_local(),
                                       config.head_dim(), o.block_size, rs->kv_precision);
   rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
                                         Comms{rs->world->world(), rs->world->tp(), rs->world->pp(),

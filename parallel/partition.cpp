@@ -125,6 +125,35 @@ absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int
   return absl::OkStatus();
 }
 
+absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int64_t n_kv_head,
+                             int64_t n_layer, int64_t d_ff) {
+  LTM_RETURN_IF_ERROR(validate_layout(world_size, tp, pp, n_head, n_layer, d_ff));
+  if (n_kv_head < 1 || n_head % n_kv_head != 0)
+    return absl::InvalidArgumentError(absl::StrCat("the model has ", n_kv_head,
+                                                   " KV heads, which does not divide its ",
+                                                   n_head, " attention heads"));
+  if (n_kv_head % tp != 0 && tp % n_kv_head != 0) {
+    std::string fit;
+    for (int64_t t = 1; t <= n_head && t <= 4096; ++t)
+      if (n_head % t == 0 && (n_kv_head % t == 0 || t % n_kv_head == 0))
+        absl::StrAppend(&fit, fit.empty() ? "" : ", ", t);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp ", tp, " neither divides the model's ", n_kv_head, " KV heads nor is a multiple of "
+        "them (grouped-query attention splits or replicates whole KV heads); --tp values that "
+        "fit: ", fit));
+  }
+  return absl::OkStatus();
+}
+
+Range kv_head_range(int64_t n_kv_head, int tp, int tp_rank) {
+  LTM_ASSERT(tp >= 1 && n_kv_head >= 1 && (n_kv_head % tp == 0 || tp % n_kv_head == 0),
+             "n_kv_head ", n_kv_head, " tp ", tp);
+  LTM_ASSERT(tp_rank >= 0 && tp_rank < tp, "tp_rank ", tp_rank, " of ", tp);
+  if (n_kv_head % tp == 0) return split(n_kv_head, tp, tp_rank);
+  const int64_t head = tp_rank / (tp / n_kv_head);
+  return Range{head, head + 1};
+}
+
 double lm_head_layers(int64_t vocab_size, int64_t n_embd) {
   return static_cast<double>(vocab_size) / (12.0 * static_cast<double>(n_embd)) /
          kLayerOverHeadCost;

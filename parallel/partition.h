@@ -77,5 +77,16 @@ absl::Status validate_world(int world_size, int tp, int pp);
 // with a message naming the numbers, e.g. "--tp 3 does not divide the model's 16 attention heads".
 absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int64_t n_layer,
                              int64_t d_ff);
+// The same for grouped-query attention with n_kv_head KV heads (n_kv_head divides n_head): also
+// tp divides n_kv_head, or is a multiple of it (then each KV head is replicated on
+// tp / n_kv_head ranks).
+absl::Status validate_layout(int world_size, int tp, int pp, int64_t n_head, int64_t n_kv_head,
+                             int64_t n_layer, int64_t d_ff);
+
+// KV heads of TP rank `tp_rank` (grouped-query attention): a contiguous share when tp divides
+// n_kv_head; when tp is a multiple of n_kv_head, the one KV head whose group holds the rank's
+// query heads (head_range). Either way query head h of the rank reads its local KV head
+// (h - heads.begin) / (heads.size() / kv_heads.size()).
+Range kv_head_range(int64_t n_kv_head, int tp, int tp_rank);
 
 }  // namespace ltm::parallel

@@ -16,8 +16,11 @@
 namespace ltm::kernels::cpu {
 
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
-                    int head_dim, int block_size, float* k_cache, float* v_cache) {
-  const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+                    int head_dim, int block_size, float* k_cache, float* v_cache, int n_kv_head) {
+  const int n_kv = n_kv_head > 0 ? n_kv_head : n_head;
+  const int64_t q_cols = static_cast<int64_t>(n_head) * head_dim;
+  const int64_t kv_cols = static_cast<int64_t>(n_kv) * head_dim;
+  const int64_t stride = q_cols + 2 * kv_cols;
   // Tokens on every thread (their slots are distinct): each row goes to a cold line of the pool.
 #pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -25,10 +28,10 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
     if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
-    const float* k = qkv + t * 3 * d_local + d_local;
-    const float* v = k + d_local;
-    for (int h = 0; h < n_head; ++h) {
-      const int64_t dst = ((block * n_head + h) * block_size + offset) * head_dim;
+    const float* k = qkv + t * stride + q_cols;
+    const float* v = k + kv_cols;
+    for (int h = 0; h < n_kv; ++h) {
+      const int64_t dst = ((block * n_kv + h) * block_size + offset) * head_dim;
       std::memcpy(k_cache + dst, k + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
       std::memcpy(v_cache + dst, v + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
     }
@@ -37,27 +40,30 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
 
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
                     int head_dim, int block_size, WeightType kv_type, void* k_cache,
-                    void* v_cache) {
+                    void* v_cache, int n_kv_head) {
   if (kv_type == WeightType::kF32) {
     kv_cache_write(qkv, slot_mapping, n_tokens, n_head, head_dim, block_size,
-                   static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+                   static_cast<float*>(k_cache), static_cast<float*>(v_cache), n_kv_head);
     return;
   }
   const KernelTable& kt = kernel_table();
   const auto convert = kv_type == WeightType::kBF16 ? kt.f32_to_bf16_n : kt.f32_to_f16_n;
   auto* kc = static_cast<uint16_t*>(k_cache);
   auto* vc = static_cast<uint16_t*>(v_cache);
-  const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
+  const int n_kv = n_kv_head > 0 ? n_kv_head : n_head;
+  const int64_t q_cols = static_cast<int64_t>(n_head) * head_dim;
+  const int64_t kv_cols = static_cast<int64_t>(n_kv) * head_dim;
+  const int64_t stride = q_cols + 2 * kv_cols;
 #pragma omp parallel for schedule(static) if (n_tokens >= 8)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
-    const float* k = qkv + t * 3 * d_local + d_local;
-    const float* v = k + d_local;
-    for (int h = 0; h < n_head; ++h) {
-      const int64_t dst = ((block * n_head + h) * block_size + offset) * head_dim;
+    const float* k = qkv + t * stride + q_cols;
+    const float* v = k + kv_cols;
+    for (int h = 0; h < n_kv; ++h) {
+      const int64_t dst = ((block * n_kv + h) * block_size + offset) * head_dim;
       convert(k + static_cast<int64_t>(h) * head_dim, kc + dst, head_dim);
       convert(v + static_cast<int64_t>(h) * head_dim, vc + dst, head_dim);
     }
@@ -97,17 +103,19 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
   float* v = k + static_cast<int64_t>(ctx) * hd;  // [ctx, hd]
   float* sc = v + static_cast<int64_t>(ctx) * hd; // [n_new, ctx]
   for (int h = 0; h < s.n_head; ++h) {
-    for (int p0 = 0; p0 < ctx; p0 += s.block_size) {
+    // Heads of one group share their K and V (grouped-query attention): gathered once.
+    const bool same_kv = h > 0 && kv_head_of(s, h) == kv_head_of(s, h - 1);
+    for (int p0 = 0; p0 < ctx && !same_kv; p0 += s.block_size) {
       const int n = std::min(s.block_size, ctx - p0);
-      const int64_t src = ((static_cast<int64_t>(table[p0 / s.block_size]) * s.n_head + h) *
-                           s.block_size) * hd;
+      const int64_t src = ((static_cast<int64_t>(table[p0 / s.block_size]) * kv_heads(s) +
+                            kv_head_of(s, h)) * s.block_size) * hd;
       gather_rows_f32(k_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
                       k + static_cast<int64_t>(p0) * hd, kt);
       gather_rows_f32(v_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
                       v + static_cast<int64_t>(p0) * hd, kt);
     }
-    const float* q = qkv + static_cast<int64_t>(first_row) * 3 * d_local + static_cast<int64_t>(h) * hd;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, ctx, hd, scale, q, 3 * d_local, k,
+    const float* q = qkv + static_cast<int64_t>(first_row) * qkv_stride(s) + static_cast<int64_t>(h) * hd;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, ctx, hd, scale, q, qkv_stride(s), k,
                 hd, 0.0f, sc, ctx);
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(n_new) * ctx > 32768)
     for (int r = 0; r < n_new; ++r) {

@@ -52,6 +52,12 @@ struct KernelTable {
   void (*f16_to_f32_n)(const uint16_t* src, float* dst, int64_t n);
   void (*f32_to_bf16_n)(const float* src, uint16_t* dst, int64_t n);
   void (*f32_to_f16_n)(const float* src, uint16_t* dst, int64_t n);
+  // The Llama family's rows (llama_kernels.inc): one row of RMSNorm (in and out may alias);
+  // out = silu(gate) * up over cols; rotate-half RoPE in place on n_heads consecutive heads with
+  // cos_sin = [cos of head_dim / 2 angles | their sin].
+  void (*rms_norm_row)(const float* in, const float* w, float* out, int64_t cols, float eps);
+  void (*silu_mul_row)(const float* gate, const float* up, float* out, int64_t cols);
+  void (*rope_row)(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);
 };
 
 inline constexpr int kQueryTile = 4;  // attention query rows computed together
@@ -89,6 +95,9 @@ const KernelTable& kernel_table();
   void f16_to_f32_n(const uint16_t* src, float* dst, int64_t n);                                 \
   void f32_to_bf16_n(const float* src, uint16_t* dst, int64_t n);                                \
   void f32_to_f16_n(const float* src, uint16_t* dst, int64_t n);                                 \
+  void rms_norm_row(const float* in, const float* w, float* out, int64_t cols, float eps);       \
+  void silu_mul_row(const float* gate, const float* up, float* out, int64_t cols);               \
+  void rope_row(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);              \
   }
 
 LTM_DECLARE_ISA_KERNELS(portable)

@@ -4,4 +4,5 @@
 #define LTM_ISA_LEVEL 2
 #define LTM_FAST_MATH_NS fm_avx512
 #include "kernels/cpu/vec_kernels.inc"
+#include "kernels/cpu/llama_kernels.inc"
 #endif

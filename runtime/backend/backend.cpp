@@ -77,6 +77,41 @@ void Backend::act_to_f32(Act x, float* out, int64_t n) {
 
 void Backend::add_f32_to_act(Act x, const float* y, int64_t n) { add(x.f32(), y, n); }
 
+namespace {
+[[noreturn]] void no_llama(const Backend& b, const char* op) {
+  LTM_ASSERT(false, op, " on ", b.describe(), ", which has no Llama-family ops (supports_llama())");
+  __builtin_unreachable();
+}
+}  // namespace
+
+void Backend::rms_norm(const float*, const float*, float*, int64_t, int64_t, float) {
+  no_llama(*this, "rms_norm");
+}
+void Backend::add_residual_rms_norm(float*, const float*, const float*, const float*, float*,
+                                    int64_t, int64_t, float) {
+  no_llama(*this, "add_residual_rms_norm");
+}
+void Backend::rope(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t) {
+  no_llama(*this, "rope");
+}
+void Backend::silu_mul(const float*, float*, int64_t, int64_t) { no_llama(*this, "silu_mul"); }
+void Backend::rms_norm_act(const float* x, const float* w, Act y, int64_t rows, int64_t cols,
+                           float eps) {
+  rms_norm(x, w, y.f32(), rows, cols, eps);
+}
+void Backend::add_residual_rms_norm_act(float* x, const float* residual, const float* bias,
+                                        const float* w, Act y, int64_t rows, int64_t cols,
+                                        float eps) {
+  add_residual_rms_norm(x, residual, bias, w, y.f32(), rows, cols, eps);
+}
+void Backend::rope_act(Act x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+                       int64_t n_heads, int64_t row_stride, int64_t head_dim) {
+  rope(x.f32(), positions, inv_freq, n_tokens, n_heads, row_stride, head_dim);
+}
+void Backend::silu_mul_act(Act gate_up, Act out, int64_t rows, int64_t cols) {
+  silu_mul(gate_up.f32(), out.f32(), rows, cols);
+}
+
 DeviceBuffer Backend::alloc_weight(int64_t k, int64_t n, Precision p) {
   LTM_ASSERT(p == Precision::kF32, describe(), " holds f32 weights only, not ", precision_name(p));
   return alloc(static_cast<size_t>(k * n) * sizeof(float));

@@ -94,7 +94,8 @@ struct AttentionArgs {
   int max_blocks_per_seq = 0;
   int max_context_len = 0;     // max over context_lens (host-side hint for scratch sizes)
   int max_new_tokens = 0;      // max rows of one sequence in this step
-  int n_head = 0;              // heads on this rank
+  int n_head = 0;              // query heads on this rank
+  int n_kv_head = 0;           // KV heads on this rank (grouped-query attention); 0: n_head
   int head_dim = 0;            // d_k
   int block_size = 0;          // tokens per KV block
   Precision kv = Precision::kF32;  // element type of the K and V caches
@@ -285,9 +286,9 @@ class Backend {
   // dst[i, :] = src[rows[i], :].
   virtual void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n,
                            int64_t d) = 0;
-  // Writes each new token's K and V (from the fused qkv rows [n_tokens, 3 * n_head * d_k],
-  // elements of args.act) into the paged cache ([n_blocks, n_head, block_size, d_k] each,
-  // elements of args.kv) at its slot.
+  // Writes each new token's K and V (from the fused qkv rows [n_tokens, (n_head + 2 n_kv_head)
+  // * d_k], elements of args.act) into the paged cache ([n_blocks, n_kv_head, block_size, d_k]
+  // each, elements of args.kv) at its slot. Query head h reads KV head h / (n_head / n_kv_head).
   virtual void kv_cache_write(const AttentionArgs& args, const void* qkv, void* k_cache,
                               void* v_cache) = 0;
   // out[t, h*d_k ...] = causal softmax(q k^T / sqrt(d_k)) v over the sequence's cached keys.
@@ -318,6 +319,35 @@ class Backend {
   virtual void act_to_f32(Act x, float* out, int64_t n);
   // x[i] += y[i] (rounded to x's type), i < n.
   virtual void add_f32_to_act(Act x, const float* y, int64_t n);
+
+  // --- the Llama family's ops (RMSNorm, rotary positions, gated SiLU: docs/architecture.md) ---
+  // Whether this backend has them: a Llama-family model is refused at load otherwise, naming the
+  // backend. The fp32 ops' defaults abort; the *_act ones run them on fp32 activations.
+  virtual bool supports_llama() const { return false; }
+  // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w[:], fp32 arithmetic (x, y may alias).
+  virtual void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                        float eps);
+  // The end of a residual block and the next RMSNorm: x[r, :] += residual[r, :] + bias[:]
+  // (each only when non-null), then y[r, :] = rms_norm(x[r, :]). residual is left unchanged;
+  // y must not alias x or residual.
+  virtual void add_residual_rms_norm(float* x, const float* residual, const float* bias,
+                                     const float* w, float* y, int64_t rows, int64_t cols,
+                                     float eps);
+  // Rotate-half RoPE in place on the first n_heads heads of each of n_tokens rows (row_stride
+  // elements apart), by angles positions[t] * inv_freq[i] (i < head_dim / 2; kernels/cpu/llama_ops.h).
+  virtual void rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+                    int64_t n_heads, int64_t row_stride, int64_t head_dim);
+  // out[r, j] = silu(gate_up[r, j]) * gate_up[r, cols + j]; gate_up [rows, 2 cols].
+  virtual void silu_mul(const float* gate_up, float* out, int64_t rows, int64_t cols);
+  // The same on activations of activation_precision() (norm weights, residual stream fp32).
+  virtual void rms_norm_act(const float* x, const float* w, Act y, int64_t rows, int64_t cols,
+                            float eps);
+  virtual void add_residual_rms_norm_act(float* x, const float* residual, const float* bias,
+                                         const float* w, Act y, int64_t rows, int64_t cols,
+                                         float eps);
+  virtual void rope_act(Act x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+                        int64_t n_heads, int64_t row_stride, int64_t head_dim);
+  virtual void silu_mul_act(Act gate_up, Act out, int64_t rows, int64_t cols);
 };
 
 // The CPU backend with `n_threads` threads for OpenBLAS and the kernels (0: all cores).

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/layer_norm.h"
+#include "kernels/cpu/llama_ops.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/weight_type.h"
 
@@ -170,7 +171,7 @@ void CpuBackend::kv_cache_write(const AttentionArgs& a, const void* qkv, void* k
   LTM_ASSERT(a.act == Precision::kF32, "the CPU backend keeps fp32 activations");
   kernels::cpu::kv_cache_write(static_cast<const float*>(qkv), a.slot_mapping, a.n_tokens,
                                a.n_head, a.head_dim, a.block_size, kernel_type(a.kv), k_cache,
-                               v_cache);
+                               v_cache, a.n_kv_head);
 }
 void CpuBackend::paged_attention(const AttentionArgs& a, const void* qkv, const void* k_cache,
                                  const void* v_cache, void* out) {
@@ -184,9 +185,27 @@ void CpuBackend::paged_attention(const AttentionArgs& a, const void* qkv, const 
                                           a.token_offsets,
                                           a.context_lens,
                                           a.block_tables,
-                                          kernel_type(a.kv)};
+                                          kernel_type(a.kv),
+                                          a.n_kv_head};
   kernels::cpu::paged_attention(shape, static_cast<const float*>(qkv), k_cache, v_cache,
                                 static_cast<float*>(out));
+}
+
+void CpuBackend::rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                          float eps) {
+  kernels::cpu::rms_norm(x, w, y, rows, cols, eps);
+}
+void CpuBackend::add_residual_rms_norm(float* x, const float* residual, const float* bias,
+                                       const float* w, float* y, int64_t rows, int64_t cols,
+                                       float eps) {
+  kernels::cpu::add_residual_rms_norm(x, residual, bias, w, y, rows, cols, eps);
+}
+void CpuBackend::rope(float* x, const int32_t* positions, const float* inv_freq,
+                      int64_t n_tokens, int64_t n_heads, int64_t row_stride, int64_t head_dim) {
+  kernels::cpu::rope(x, positions, inv_freq, n_tokens, n_heads, row_stride, head_dim);
+}
+void CpuBackend::silu_mul(const float* gate_up, float* out, int64_t rows, int64_t cols) {
+  kernels::cpu::silu_mul(gate_up, out, rows, cols);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {

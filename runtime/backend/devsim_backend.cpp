@@ -354,6 +354,43 @@ void DevsimBackend::paged_attention(const AttentionArgs& args, const void* qkv,
   enqueue([=] { in->paged_attention(args, qkv, k_cache, v_cache, out); });
 }
 
+void DevsimBackend::rms_norm(const float* x, const float* w, float* y, int64_t rows,
+                             int64_t cols, float eps) {
+  check(x, "rms_norm");
+  check(w, "rms_norm");
+  check(y, "rms_norm");
+  Backend* in = inner_.get();
+  enqueue([=] { in->rms_norm(x, w, y, rows, cols, eps); });
+}
+
+void DevsimBackend::add_residual_rms_norm(float* x, const float* residual, const float* bias,
+                                          const float* w, float* y, int64_t rows, int64_t cols,
+                                          float eps) {
+  check(x, "add_residual_rms_norm");
+  check(residual, "add_residual_rms_norm");
+  check(bias, "add_residual_rms_norm");
+  check(w, "add_residual_rms_norm");
+  check(y, "add_residual_rms_norm");
+  Backend* in = inner_.get();
+  enqueue([=] { in->add_residual_rms_norm(x, residual, bias, w, y, rows, cols, eps); });
+}
+
+void DevsimBackend::rope(float* x, const int32_t* positions, const float* inv_freq,
+                         int64_t n_tokens, int64_t n_heads, int64_t row_stride, int64_t head_dim) {
+  check(x, "rope");
+  check(positions, "rope");
+  check(inv_freq, "rope");
+  Backend* in = inner_.get();
+  enqueue([=] { in->rope(x, positions, inv_freq, n_tokens, n_heads, row_stride, head_dim); });
+}
+
+void DevsimBackend::silu_mul(const float* gate_up, float* out, int64_t rows, int64_t cols) {
+  check(gate_up, "silu_mul");
+  check(out, "silu_mul");
+  Backend* in = inner_.get();
+  enqueue([=] { in->silu_mul(gate_up, out, rows, cols); });
+}
+
 void DevsimBackend::sample_rows(const SampleRowsArgs& args) {
   if (args.rows <= 0) return;
   check(args.logits, "sample_rows");

@@ -109,6 +109,14 @@ class DevsimBackend final : public Backend {
                       void* v_cache) override;
   void paged_attention(const AttentionArgs& args, const void* qkv, const void* k_cache,
                        const void* v_cache, void* out) override;
+  bool supports_llama() const override { return inner_->supports_llama(); }
+  void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                float eps) override;
+  void add_residual_rms_norm(float* x, const float* residual, const float* bias, const float* w,
+                             float* y, int64_t rows, int64_t cols, float eps) override;
+  void rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+            int64_t n_heads, int64_t row_stride, int64_t head_dim) override;
+  void silu_mul(const float* gate_up, float* out, int64_t rows, int64_t cols) override;
   // The host sampler (the CPU backend's op) on device buffers, when the stream gets there: the
   // tokens read before synchronize() are poison (NaN bits, 0x7FC00000 as an id).
   void sample_rows(const SampleRowsArgs& args) override;

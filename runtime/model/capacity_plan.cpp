@@ -177,7 +177,11 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   const int64_t C = plan.context, d = c.n_embd, ff = c.n_inner, L = c.n_layer, V = c.vocab_size;
   plan.parameters = c.parameter_count();
   plan.parameters_12ld2 = 12 * L * d * d;
-  const double layer_matrix = 4.0 * d * d + 2.0 * d * ff;
+  // Multiply-adds per token of one layer's matrices: Q, K, V and O, then the MLP (GELU: 2, SwiGLU:
+  // 3 matrices of d x d_ff). Grouped-query attention makes K and V narrower.
+  const double q_cols = double(c.q_width()), kv_cols = double(c.kv_width());
+  const double layer_matrix = d * (2.0 * q_cols + 2.0 * kv_cols) + (c.is_llama() ? 3.0 : 2.0) * d * ff;
+  // Untied head: V d more parameters read, the same work per token.
   plan.flops_per_token = 2.0 * (L * layer_matrix + double(V) * d) + 4.0 * L * d * C;
   const double wbytes = static_cast<double>(precision_size(in.weights));
   const double rate = in.weights == Precision::kF32 ? dev.flops_f32 : dev.flops_16;
@@ -190,13 +194,15 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     LayoutPlan lp;
     lp.tp = tp;
     lp.pp = pp;
-    const absl::Status valid = parallel::validate_layout(W, tp, pp, c.n_head, L, ff);
+    const absl::Status valid = parallel::validate_layout(W, tp, pp, c.n_head, c.kv_heads(), L, ff);
     if (!valid.ok()) {
       lp.invalid = std::string(valid.message());
       plan.layouts.push_back(lp);
       continue;
     }
-    const int64_t n_head_local = c.n_head / tp;
+    // The cache holds KV heads: this rank's share, or one replicated head when tp exceeds them.
+    const int64_t n_head_local = c.is_llama() ? parallel::kv_head_range(c.kv_heads(), tp, 0).size()
+                                              : c.n_head / tp;
     lp.tp_crosses_nodes = !dev.shared_by_ranks && tp > dev.devices_per_node;
     const bool hops_cross = !dev.shared_by_ranks && W > dev.devices_per_node;
     const Costs k{dev.memory_bandwidth / share, rate / share,
@@ -251,14 +257,15 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       // Decode reads every weight once, but only a few rows of wte (a stage that does not run
       // the head) and of wpe.
       w.read_bytes = static_cast<double>(wb);
-      if (w.first && !w.last) w.read_bytes -= double(vpad_local) * d * wbytes;
+      const bool untied = c.is_llama() && !c.tied_lm_head;  // the embedding is not the head
+      if (w.first && (!w.last || untied)) w.read_bytes -= double(vpad_local) * d * wbytes;
       if (w.first && c.position_embedding == PositionEmbedding::kLearned)
         w.read_bytes -= double(c.n_positions) * d * 4;
       StagePlan sp;
       sp.pp_rank = s;
       sp.layers = w.layers;
       sp.weight_bytes = wb;
-      sp.flops_per_token = 2.0 * (w.matrix_elems + w.head_elems) + 4.0 * w.layers * (d / tp) * C;
+      sp.flops_per_token = 2.0 * (w.matrix_elems + w.head_elems) + 4.0 * w.layers * (c.q_width() / tp) * C;
       const int64_t stage_kv = static_cast<int64_t>(lp.worker_kv_blocks) *
                                KvCache::block_bytes(w.layers, n_head_local, c.head_dim(),
                                                     in.block_size, in.kv);
@@ -285,8 +292,8 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     // One stage's time for `rows` tokens: decode (each at context ctx) or a prefill chunk.
     auto stage_s = [&](const StageWork& w, double rows, bool prefill, double* compute,
                        double* comm, double* mem) {
-      const double attn = prefill ? 4.0 * w.layers * (double(d) / tp) * rows * (rows + 1) / 2
-                                  : 4.0 * w.layers * (double(d) / tp) * C * rows;
+      const double attn = prefill ? 4.0 * w.layers * (double(c.q_width()) / tp) * rows * (rows + 1) / 2
+                                  : 4.0 * w.layers * (double(c.q_width()) / tp) * C * rows;
       const double head_rows = prefill ? 1 : rows;  // prefill's logits: the last position only
       const double flops = 2.0 * (w.matrix_elems * rows + w.head_elems * head_rows) + attn;
       const double bytes = w.read_bytes + (prefill ? 0.0 : rows * C * double(w.kv_per_token));
@@ -415,10 +422,16 @@ std::string plan_text(const Plan& p) {
   const PlanInput& in = p.input;
   const ModelConfig& c = in.config;
   std::string s;
-  absl::StrAppendFormat(&s, "model: %lld layers, d %lld, %lld heads, vocab %lld, context %lld\n",
+  absl::StrAppendFormat(&s, "model: %s%lld layers, d %lld, %lld heads, vocab %lld, context %lld\n",
+                        c.is_llama() ? c.architecture + ", " : std::string(),
                         static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
                         static_cast<long long>(c.n_head), static_cast<long long>(c.vocab_size),
                         static_cast<long long>(c.n_positions));
+  if (c.is_llama() && c.kv_heads() != c.n_head)
+    absl::StrAppendFormat(&s, "grouped-query attention: %lld KV heads (the KV cache is %lldx "
+                              "smaller than with one per query head)\n",
+                          static_cast<long long>(c.kv_heads()),
+                          static_cast<long long>(c.n_head / c.kv_heads()));
   absl::StrAppendFormat(&s, "parameters: %lld exact (%.3f B); 12 n_layer d^2 = %lld (%.3f B)\n",
                         static_cast<long long>(p.parameters), p.parameters / 1e9,
                         static_cast<long long>(p.parameters_12ld2), p.parameters_12ld2 / 1e9);

@@ -42,10 +42,17 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// "h.<i>.<rest>" -> i; nullopt when the name is not of that form.
+// "h.<i>.<rest>" (GPT-2) or "model.layers.<i>.<rest>" (Llama) -> i; nullopt when the name is
+// not of that form.
 std::optional<int64_t> layer_of(std::string_view name, std::string_view* rest = nullptr) {
-  if (name.substr(0, 2) != "h.") return std::nullopt;
-  name.remove_prefix(2);
+  constexpr std::string_view kLlamaLayers = "model.layers.";
+  if (name.substr(0, kLlamaLayers.size()) == kLlamaLayers) {
+    name.remove_prefix(kLlamaLayers.size());
+  } else if (name.substr(0, 2) == "h.") {
+    name.remove_prefix(2);
+  } else {
+    return std::nullopt;
+  }
   const size_t dot = name.find('.');
   if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
   int64_t layer = 0;
@@ -59,7 +66,8 @@ std::optional<int64_t> layer_of(std::string_view name, std::string_view* rest = 
 bool is_ignored_buffer(std::string_view name) {
   std::string_view rest;
   if (!layer_of(name, &rest)) return false;
-  return rest == "attn.bias" || rest == "attn.masked_bias";
+  return rest == "attn.bias" || rest == "attn.masked_bias" ||
+         rest == "self_attn.rotary_emb.inv_freq";  // older Llama exports; ltm computes its own
 }
 
 std::string config_summary(const ModelConfig& c) {
@@ -113,6 +121,37 @@ absl::StatusOr<std::map<std::string, std::string>> parse_index(const std::string
 }
 
 }  // namespace
+
+std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+  const int64_t d = c.n_embd, q = c.q_width(), kv = c.kv_width(), ff = c.n_inner;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, "[vocab_size, hidden_size]"});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = absl::StrCat("model.layers.", i, ".");
+    specs.push_back({h + "input_layernorm.weight", {d}, "[hidden_size]"});
+    specs.push_back({h + "self_attn.q_proj.weight", {q, d}, "[num_attention_heads*head_dim, hidden_size]"});
+    specs.push_back({h + "self_attn.k_proj.weight", {kv, d}, "[num_key_value_heads*head_dim, hidden_size]"});
+    specs.push_back({h + "self_attn.v_proj.weight", {kv, d}, "[num_key_value_heads*head_dim, hidden_size]"});
+    if (c.qkv_bias) {
+      specs.push_back({h + "self_attn.q_proj.bias", {q}, "[num_attention_heads*head_dim]"});
+      specs.push_back({h + "self_attn.k_proj.bias", {kv}, "[num_key_value_heads*head_dim]"});
+      specs.push_back({h + "self_attn.v_proj.bias", {kv}, "[num_key_value_heads*head_dim]"});
+    }
+    specs.push_back({h + "self_attn.o_proj.weight", {d, q}, "[hidden_size, num_attention_heads*head_dim]"});
+    if (c.o_bias) specs.push_back({h + "self_attn.o_proj.bias", {d}, "[hidden_size]"});
+    specs.push_back({h + "post_attention_layernorm.weight", {d}, "[hidden_size]"});
+    specs.push_back({h + "mlp.gate_proj.weight", {ff, d}, "[intermediate_size, hidden_size]"});
+    specs.push_back({h + "mlp.up_proj.weight", {ff, d}, "[intermediate_size, hidden_size]"});
+    specs.push_back({h + "mlp.down_proj.weight", {d, ff}, "[hidden_size, intermediate_size]"});
+  }
+  specs.push_back({"model.norm.weight", {d}, "[hidden_size]"});
+  if (!c.tied_lm_head) specs.push_back({"lm_head.weight", {c.vocab_size, d}, "[vocab_size, hidden_size]"});
+  return specs;
+}
+
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
+  return c.is_llama() ? llama_tensor_specs(c) : gpt2_tensor_specs(c);
+}
 
 std::vector<TensorSpec> gpt2_tensor_specs(const ModelConfig& c) {
   const int64_t d = c.n_embd;
@@ -187,9 +226,10 @@ absl::StatusOr<Checkpoint> Checkpoint::open(const std::string& dir_arg) {
 
   // --- every stored tensor must be expected, well-shaped and readable ----------------------------
   std::map<std::string, const TensorSpec*, std::less<>> expected;
-  const std::vector<TensorSpec> specs = gpt2_tensor_specs(config);
+  const std::vector<TensorSpec> specs = model_tensor_specs(config);
   for (const TensorSpec& spec : specs) expected.emplace(spec.name, &spec);
-  const TensorSpec* wte_spec = expected.at("wte.weight");
+  const TensorSpec* wte_spec = expected.at(config.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
+  const bool lm_head_tied = expected.count(kLmHead) == 0;  // a stored lm_head is wte's copy
 
   for (size_t f = 0; f < ckpt.files_.size(); ++f) {
     const SafetensorsFile& file = ckpt.files_[f];
@@ -213,7 +253,7 @@ absl::StatusOr<Checkpoint> Checkpoint::open(const std::string& dir_arg) {
       const std::string_view name =
           t.name == kLmHead ? std::string_view(kLmHead) : strip_prefix(t.name);
       if (is_ignored_buffer(name)) continue;
-      if (name == kLmHead) {
+      if (name == kLmHead && lm_head_tied) {
         if (t.shape != wte_spec->shape) {
           return fail(absl::StatusCode::kInvalidArgument,
                       absl::StrCat("has shape ", shape_string(t.shape), ", expected ",
@@ -235,6 +275,14 @@ absl::StatusOr<Checkpoint> Checkpoint::open(const std::string& dir_arg) {
                       "is a learned position embedding, but config.json sets "
                       "position_embedding_type \"sinusoidal\"");
         }
+        if (config.is_llama())
+          return fail(absl::StatusCode::kInvalidArgument,
+                      absl::StrCat("is unexpected: not a tensor of this ", config.architecture,
+                                   " (expected model.embed_tokens, model.norm, lm_head unless "
+                                   "tied, and model.layers.<i>.{input_layernorm, "
+                                   "self_attn.{q,k,v,o}_proj, post_attention_layernorm, "
+                                   "mlp.{gate,up,down}_proj}.weight; biases only as config.json's "
+                                   "attention_bias / model type says)"));
         return fail(absl::StatusCode::kInvalidArgument,
                     "is unexpected: not a GPT-2 tensor (expected wte, wpe, ln_f and "
                     "h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}"
@@ -270,9 +318,10 @@ absl::StatusOr<Checkpoint> Checkpoint::open(const std::string& dir_arg) {
     if (it == ckpt.tensors_.end()) {
       const std::string where =
           weight_map ? absl::StrCat(index_path, " (and its shards)") : single_path;
+      const std::string alias =
+          config.is_llama() ? "" : absl::StrCat(" (or \"", kPrefix, spec.name, "\")");
       return absl::NotFoundError(absl::StrCat(
-          where, ": tensor \"", spec.name, "\" (or \"", kPrefix, spec.name,
-          "\") is missing; expected shape ", shape_string(spec.shape), " = ",
+          where, ": tensor \"", spec.name, "\"", alias, " is missing; expected shape ", shape_string(spec.shape), " = ",
           spec.symbolic_shape, " (", config_summary(config), ")"));
     }
     TensorRef& r = it->second;

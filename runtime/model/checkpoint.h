@@ -53,6 +53,13 @@ struct TensorSpec {
 // The tensors of a GPT-2 model with this config, in model order (wte, wpe unless sinusoidal,
 // h.0.* ... h.{n_layer-1}.*, ln_f.*).
 std::vector<TensorSpec> gpt2_tensor_specs(const ModelConfig& config);
+// The tensors of a Llama-family model (HF names, nn.Linear weights [out, in]): embed_tokens,
+// model.layers.<i>.{input_layernorm, self_attn.{q,k,v}_proj (+ biases when qkv_bias),
+// self_attn.o_proj (+ bias when o_bias), post_attention_layernorm, mlp.{gate,up,down}_proj},
+// model.norm, and lm_head when not tied.
+std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& config);
+// The one of the two for the config's family.
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
 
 class Checkpoint {
  public:

@@ -114,6 +114,7 @@ void DecodeGraphs::run(const StepInput& step) {
   a.max_context_len = width * cache_.block_size();  // the graph's split fits any context
   a.max_new_tokens = 1;
   a.n_head = static_cast<int>(model_.n_head_local());
+  a.n_kv_head = static_cast<int>(model_.n_kv_head_local());
   a.head_dim = static_cast<int>(model_.config().head_dim());
   a.block_size = cache_.block_size();
   a.kv = cache_.precision();

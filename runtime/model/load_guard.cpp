@@ -92,6 +92,19 @@ int64_t weight_bytes_per_rank(const ModelConfig& c, const ShardSpec& s, Precisio
   const int64_t d = c.n_embd, ff = c.n_inner, tp = s.tp;
   const int64_t layers =
       parallel::stage_layers(c.n_layer, c.vocab_size, c.n_embd, s.pp, s.pp_rank).size();
+  const int64_t vocab_rows = parallel::padded_vocab(c.vocab_size, s.tp) / tp;
+  if (c.is_llama()) {  // model_llama.cpp's layout
+    const int64_t q = c.q_width() / tp;
+    const int64_t kv = parallel::kv_head_range(c.kv_heads(), s.tp, s.tp_rank).size() * c.head_dim();
+    const int64_t matrix_per_layer = d * (q + 2 * kv) + q * d + 3 * d * (ff / tp);
+    const int64_t vector_per_layer = 2 * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? d : 0);
+    int64_t matrix = layers * matrix_per_layer, vector = layers * vector_per_layer;
+    if (s.is_first_stage() || (s.is_last_stage() && c.tied_lm_head)) matrix += vocab_rows * d;
+    if (s.is_last_stage() && !c.tied_lm_head) matrix += vocab_rows * d;
+    if (s.is_last_stage()) vector += d;
+    return matrix * static_cast<int64_t>(precision_size(weights)) +
+           vector * static_cast<int64_t>(sizeof(float));
+  }
   // Matrix elements (held in `weights`) and fp32 vectors, per layer.
   const int64_t matrix_per_layer = (d * 3 * d) / tp + (d * d) / tp + (d * ff) / tp + (ff * d) / tp;
   const int64_t vector_per_layer = (3 * d) / tp + d + ff / tp + d + 4 * d;

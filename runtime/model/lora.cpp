@@ -29,6 +29,13 @@ namespace fs = std::filesystem;
 
 constexpr const char* kModuleNames[kLoraModules] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
                                                     "mlp.c_proj"};
+// The Llama family's linear layers (PEFT's names), in the order of kLlamaSubOf's groups.
+constexpr const char* kLlamaModuleNames[kLlamaLoraModules] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+// Prefixes PEFT writes before a Llama model's layer path (LlamaForCausalLM, LlamaModel).
+constexpr const char* kLlamaPrefixes[] = {"base_model.model.model.", "base_model.model.", "model.",
+                                          ""};
 // Prefixes PEFT writes before the base model's module path (GPT2LMHeadModel, GPT2Model).
 constexpr const char* kPrefixes[] = {"base_model.model.transformer.", "base_model.model.",
                                      "transformer.", ""};
@@ -138,10 +145,16 @@ absl::Status invalid(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-// Input and output width of a module of the base model.
-std::pair<int64_t, int64_t> module_shape(const ModelConfig& c, LoraModule m) {
+// Input and output width of a module of the base model (`sub`: a Llama module, kLlamaModuleNames).
+std::pair<int64_t, int64_t> module_shape(const ModelConfig& c, int sub) {
   const int64_t d = c.n_embd;
-  switch (m) {
+  if (c.is_llama()) {
+    const std::pair<int64_t, int64_t> shapes[kLlamaLoraModules] = {
+        {d, c.q_width()}, {d, c.kv_width()}, {d, c.kv_width()}, {c.q_width(), d},
+        {d, c.n_inner},   {d, c.n_inner},    {c.n_inner, d}};
+    return shapes[sub];
+  }
+  switch (static_cast<LoraModule>(sub)) {
     case LoraModule::kAttnQkv: return {d, 3 * d};
     case LoraModule::kAttnProj: return {d, d};
     case LoraModule::kMlpFc: return {d, c.n_inner};
@@ -152,8 +165,7 @@ std::pair<int64_t, int64_t> module_shape(const ModelConfig& c, LoraModule m) {
 
 // Whether a target_modules entry names `m`: PEFT matches entries as suffixes of the module path
 // ("c_proj" names both attn.c_proj and mlp.c_proj; "attn.c_attn" and "h.0.attn.c_attn" one).
-bool target_names(const std::string& target, LoraModule m) {
-  const std::string full = kModuleNames[static_cast<int>(m)];
+bool target_names(const std::string& target, const std::string& full) {
   if (target == full) return true;
   if (full.size() > target.size() && full.ends_with(target) &&
       full[full.size() - target.size() - 1] == '.')
@@ -164,14 +176,20 @@ bool target_names(const std::string& target, LoraModule m) {
 }
 
 // "h.<layer>.<module>.lora_<A|B>.weight" (after a PEFT prefix) -> parts; false otherwise.
-bool parse_tensor_name(std::string_view name, int64_t* layer, std::string* module, char* which) {
-  for (const char* prefix : kPrefixes) {
+// "[model.]layers.<layer>.<module>..." for the Llama family.
+bool parse_tensor_name(std::string_view name, bool llama, int64_t* layer, std::string* module,
+                       char* which) {
+  const std::string_view layers = llama ? "layers." : "h.";
+  const char* const* first = llama ? std::begin(kLlamaPrefixes) : std::begin(kPrefixes);
+  const char* const* last = llama ? std::end(kLlamaPrefixes) : std::end(kPrefixes);
+  for (const char* const* it = first; it != last; ++it) {
+    const char* prefix = *it;
     std::string_view rest = name;
     const std::string_view p = prefix;
     if (rest.substr(0, p.size()) != p) continue;
     rest.remove_prefix(p.size());
-    if (rest.substr(0, 2) != "h.") continue;
-    rest.remove_prefix(2);
+    if (rest.substr(0, layers.size()) != layers) continue;
+    rest.remove_prefix(layers.size());
     const size_t dot = rest.find('.');
     if (dot == 0 || dot == std::string_view::npos || dot > 9) continue;
     int64_t l = 0;
@@ -292,13 +310,19 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
     return invalid(config_path, "\"target_modules\" must be a list of module names");
   }
   if (targets.empty()) return invalid(config_path, "\"target_modules\" is empty");
+  const bool llama = config.is_llama();
+  const int n_sub = llama ? kLlamaLoraModules : kLoraModules;
+  const char* const* names = llama ? kLlamaModuleNames : kModuleNames;
+  const std::string family_modules =
+      llama ? absl::StrCat(config.architecture, " has ", absl::StrJoin(kLlamaModuleNames, ", "))
+            : "GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj";
   for (const std::string& t : targets) {
     bool known = false;
-    for (int m = 0; m < kLoraModules; ++m) known = known || target_names(t, static_cast<LoraModule>(m));
+    for (int m = 0; m < n_sub; ++m) known = known || target_names(t, names[m]);
     if (!known)
       return invalid(config_path,
-                     absl::StrCat("target module \"", t, "\" is not a module of the base model "
-                                  "(GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj)"));
+                     absl::StrCat("target module \"", t, "\" is not a module of the base model (",
+                                  family_modules, ")"));
   }
 
   const double scale = rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r;
@@ -314,14 +338,15 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
   a.alpha_ = static_cast<float>(alpha);
   a.scale_ = static_cast<float>(scale);
   a.n_layer_ = config.n_layer;
-  a.tensors_.assign(static_cast<size_t>(config.n_layer) * kLoraModules, Pair{});
+  a.llama_ = llama;
+  a.tensors_.assign(static_cast<size_t>(config.n_layer) * n_sub, Pair{});
 
   // --- adapter_model.safetensors -------------------------------------------------------------------
   // No valid adapter of rank r for this base model is larger than every module of every layer in
   // F32, plus room for the header: a larger file is refused before it is read.
   uint64_t max_data = 0;
-  for (int m = 0; m < kLoraModules; ++m) {
-    const auto [in, out] = module_shape(config, static_cast<LoraModule>(m));
+  for (int m = 0; m < n_sub; ++m) {
+    const auto [in, out] = module_shape(config, m);
     max_data += static_cast<uint64_t>(r) * static_cast<uint64_t>(in + out) * sizeof(float);
   }
   max_data *= static_cast<uint64_t>(config.n_layer);
@@ -338,28 +363,29 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
     int64_t layer = 0;
     std::string module;
     char which = 0;
-    if (!parse_tensor_name(t.name, &layer, &module, &which))
-      return invalid(where, "is not a LoRA weight of a GPT-2 module (expected "
-                            "base_model.model.transformer.h.<i>.<module>.lora_A.weight / "
-                            "lora_B.weight)");
+    if (!parse_tensor_name(t.name, llama, &layer, &module, &which))
+      return invalid(where, llama ? "is not a LoRA weight of a Llama-family module (expected "
+                                    "base_model.model.model.layers.<i>.<module>.lora_A.weight / "
+                                    "lora_B.weight)"
+                                  : "is not a LoRA weight of a GPT-2 module (expected "
+                                    "base_model.model.transformer.h.<i>.<module>.lora_A.weight / "
+                                    "lora_B.weight)");
     int m = 0;
-    while (m < kLoraModules && module != kModuleNames[m]) ++m;
-    if (m == kLoraModules)
+    while (m < n_sub && module != names[m]) ++m;
+    if (m == n_sub)
       return invalid(where, absl::StrCat("names module \"", module, "\", which the base model does "
-                                         "not have (GPT-2 has attn.c_attn, attn.c_proj, mlp.c_fc "
-                                         "and mlp.c_proj)"));
+                                         "not have (", family_modules, ")"));
     if (layer >= config.n_layer)
       return invalid(where, absl::StrCat("names layer ", layer, ", which the base model does not "
                                          "have (n_layer = ", config.n_layer, ")"));
-    const LoraModule lm = static_cast<LoraModule>(m);
     bool targeted = false;
-    for (const std::string& tgt : targets) targeted = targeted || target_names(tgt, lm);
+    for (const std::string& tgt : targets) targeted = targeted || target_names(tgt, names[m]);
     if (!targeted)
       return invalid(where, absl::StrCat("is for module ", module, ", which target_modules (",
                                          absl::StrJoin(targets, ", "), ") does not name"));
     if (!t.dtype)
       return invalid(where, absl::StrCat("has dtype ", t.dtype_name, "; ltm reads F32, F16 and BF16"));
-    const auto [in, out] = module_shape(config, lm);
+    const auto [in, out] = module_shape(config, m);
     const std::vector<int64_t> want =
         which == 'A' ? std::vector<int64_t>{r, in} : std::vector<int64_t>{out, r};
     if (t.shape != want)
@@ -367,18 +393,18 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
                                          shape_string(want), which == 'A' ? " = [r, in]" : " = [out, r]",
                                          " for ", module, " (r = ", r, ", n_embd = ", config.n_embd,
                                          ", n_inner = ", config.n_inner, ")"));
-    Pair& p = a.tensors_[a.index(layer, lm)];
+    Pair& p = a.tensors_[a.sub_index(layer, m)];
     const SafetensorsTensor*& slot = which == 'A' ? p.a : p.b;
     if (slot != nullptr) return invalid(where, "appears twice (with and without \".default\"?)");
     slot = &t;
   }
   bool any = false;
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    for (int m = 0; m < kLoraModules; ++m) {
-      const Pair& p = a.tensors_[a.index(l, static_cast<LoraModule>(m))];
+    for (int m = 0; m < n_sub; ++m) {
+      const Pair& p = a.tensors_[a.sub_index(l, m)];
       if ((p.a == nullptr) != (p.b == nullptr))
         return invalid(weights_path,
-                       absl::StrCat("h.", l, ".", kModuleNames[m], " has lora_",
+                       absl::StrCat(llama ? "layers." : "h.", l, ".", names[m], " has lora_",
                                     p.a ? "A" : "B", " but no lora_", p.a ? "B" : "A"));
       any = any || p.a != nullptr;
     }
@@ -414,17 +440,40 @@ absl::StatusOr<LoraAdapter> LoraAdapter::open(const std::string& dir_arg, const 
 
 std::vector<std::string> LoraAdapter::modules() const {
   std::vector<std::string> out;
-  for (int m = 0; m < kLoraModules; ++m) {
+  for (int m = 0; m < n_parts(); ++m) {
     bool used = false;
-    for (int64_t l = 0; l < n_layer_; ++l) used = used || has(l, static_cast<LoraModule>(m));
-    if (used) out.push_back(kModuleNames[m]);
+    for (int64_t l = 0; l < n_layer_; ++l) used = used || has_part(l, m);
+    if (used) out.push_back(llama_ ? kLlamaModuleNames[m] : kModuleNames[m]);
   }
   return out;
 }
 
+std::vector<int> LoraAdapter::parts(LoraModule m) const {
+  if (!llama_) return {static_cast<int>(m)};
+  switch (m) {
+    case LoraModule::kAttnQkv: return {0, 1, 2};
+    case LoraModule::kAttnProj: return {3};
+    case LoraModule::kMlpFc: return {4, 5};
+    case LoraModule::kMlpProj: return {6};
+  }
+  return {};
+}
+
 void LoraAdapter::read_a(int64_t layer, LoraModule m, const std::vector<parallel::Range>& in,
                          float* out) const {
-  const SafetensorsTensor& t = *tensors_[index(layer, m)].a;
+  LTM_ASSERT(!llama_, "read_a of a fused Llama module: read_lora_slice reads its parts");
+  read_a_part(layer, static_cast<int>(m), in, out);
+}
+
+void LoraAdapter::read_b_scaled(int64_t layer, LoraModule m,
+                                const std::vector<parallel::Range>& out_rows, float* out) const {
+  LTM_ASSERT(!llama_, "read_b_scaled of a fused Llama module: read_lora_slice reads its parts");
+  read_b_scaled_part(layer, static_cast<int>(m), out_rows, out);
+}
+
+void LoraAdapter::read_a_part(int64_t layer, int sub, const std::vector<parallel::Range>& in,
+                              float* out) const {
+  const SafetensorsTensor& t = *tensors_[sub_index(layer, sub)].a;
   const int64_t cols = t.shape[1];
   int64_t width = 0;
   for (const parallel::Range& r : in) width += r.size();
@@ -441,9 +490,10 @@ void LoraAdapter::read_a(int64_t layer, LoraModule m, const std::vector<parallel
   }
 }
 
-void LoraAdapter::read_b_scaled(int64_t layer, LoraModule m,
-                                const std::vector<parallel::Range>& out_rows, float* out) const {
-  const SafetensorsTensor& t = *tensors_[index(layer, m)].b;
+void LoraAdapter::read_b_scaled_part(int64_t layer, int sub,
+                                     const std::vector<parallel::Range>& out_rows,
+                                     float* out) const {
+  const SafetensorsTensor& t = *tensors_[sub_index(layer, sub)].b;
   const uint8_t* data = file_->tensor_data(t);
   const int64_t es = dtype_size(*t.dtype);
   int64_t row0 = 0;
@@ -455,8 +505,23 @@ void LoraAdapter::read_b_scaled(int64_t layer, LoraModule m,
   for (int64_t i = 0; i < row0 * rank_; ++i) out[i] *= scale_;
 }
 
-LoraShardRanges lora_shard_ranges(const ModelConfig& c, parallel::Range heads, parallel::Range ffn) {
+LoraShardRanges lora_shard_ranges(const ModelConfig& c, parallel::Range heads, parallel::Range ffn,
+                                  parallel::Range kv_heads) {
   const int64_t d = c.n_embd, hd = c.head_dim();
+  if (c.is_llama()) {  // per part, in the part's own rows (model_llama.cpp's slices)
+    const parallel::Range q{heads.begin * hd, heads.end * hd};
+    const parallel::Range kv{kv_heads.begin * hd, kv_heads.end * hd};
+    LoraShardRanges s;
+    s.in[0] = {{0, d}};
+    s.out[0] = {q, kv, kv};        // q_proj, k_proj, v_proj: column-parallel
+    s.in[1] = {q};                 // o_proj: row-parallel
+    s.out[1] = {{0, d}};
+    s.in[2] = {{0, d}};
+    s.out[2] = {ffn, ffn};         // gate_proj, up_proj
+    s.in[3] = {ffn};               // down_proj
+    s.out[3] = {{0, d}};
+    return s;
+  }
   const parallel::Range cols{heads.begin * hd, heads.end * hd};  // this rank's attention columns
   const parallel::Range all_d{0, d}, all_ff{0, c.n_inner};
   LoraShardRanges s;
@@ -480,6 +545,32 @@ LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ran
   LoraSlice s;
   if (!adapter.has(layer, m)) return s;
   const int i = static_cast<int>(m);
+  const std::vector<int> parts = adapter.parts(m);
+  if (parts.size() > 1 || adapter.parts(m)[0] != i) {
+    // A fused Llama module of n parts: rank n r, A = the parts' A stacked [n r, in], B = their
+    // B block-diagonal [sum of outs, n r] (a part without an update keeps zero blocks).
+    const int64_t r = adapter.rank(), n = static_cast<int64_t>(parts.size());
+    LTM_ASSERT(ranges.out[i].size() == parts.size());
+    s.rank = static_cast<int>(n * r);
+    for (const parallel::Range& x : ranges.in[i]) s.in += x.size();
+    for (const parallel::Range& x : ranges.out[i]) s.out += x.size();
+    s.a.assign(static_cast<size_t>(s.rank * s.in), 0.0f);
+    s.b.assign(static_cast<size_t>(s.out * s.rank), 0.0f);
+    std::vector<float> b;
+    int64_t row0 = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const parallel::Range out = ranges.out[i][k];
+      if (adapter.has_part(layer, parts[k])) {
+        adapter.read_a_part(layer, parts[k], ranges.in[i], s.a.data() + k * r * s.in);
+        b.resize(static_cast<size_t>(out.size() * r));
+        adapter.read_b_scaled_part(layer, parts[k], {out}, b.data());
+        for (int64_t row = 0; row < out.size(); ++row)
+          std::copy_n(b.data() + row * r, r, s.b.data() + (row0 + row) * s.rank + k * r);
+      }
+      row0 += out.size();
+    }
+    return s;
+  }
   s.rank = adapter.rank();
   for (const parallel::Range& r : ranges.in[i]) s.in += r.size();
   for (const parallel::Range& r : ranges.out[i]) s.out += r.size();
@@ -493,14 +584,15 @@ LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ran
 absl::Status merge_lora_rows(const LoraSlice& s, float* w, int64_t row_begin, int64_t row_end) {
   if (s.empty()) return absl::OkStatus();
   const int64_t r = s.rank, n = s.out;
-  LTM_ASSERT(r <= kMaxLoraRank);  // LoraAdapter::open refuses larger ranks
+  // LoraAdapter::open refuses larger ranks; a fused Llama module has up to 3 parts.
+  LTM_ASSERT(r <= 3 * kMaxLoraRank);
   // W[i, j] += sum_k A[k, i] B[j, k]; accumulated in double, rounded once into the fp32 weight.
   // A finite weight that the update takes out of float's range is remembered (the first in
   // row-major order), not folded in silently.
   std::atomic<int64_t> first_bad{INT64_MAX};
 #pragma omp parallel for schedule(static) if ((row_end - row_begin) * n * r > (1 << 18))
   for (int64_t i = row_begin; i < row_end; ++i) {
-    double a_col[kMaxLoraRank];
+    double a_col[3 * kMaxLoraRank];
     for (int64_t k = 0; k < r; ++k) a_col[k] = s.a[k * s.in + i];
     float* row = w + (i - row_begin) * n;
     for (int64_t j = 0; j < n; ++j) {

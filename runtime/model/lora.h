@@ -6,6 +6,10 @@
 //   DIR/adapter_model.safetensors  base_model.model.transformer.h.<i>.<module>.lora_A.weight [r, in]
 //                                  base_model.model.transformer.h.<i>.<module>.lora_B.weight [out, r]
 //
+// Llama-family bases (Llama, Mistral, Qwen2): base_model.model.model.layers.<i>.<module>.lora_*
+// with <module> one of self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj (see kLlamaLoraModules
+// for how they map onto the fused modules the model computes).
+//
 // <module> is one of GPT-2's four linear layers: attn.c_attn (in d, out 3d), attn.c_proj (d, d),
 // mlp.c_fc (d, d_ff), mlp.c_proj (d_ff, d). The update of a module is h = x W + s x A^T B^T with
 // s = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora). A and B have these shapes whatever
@@ -47,6 +51,13 @@ namespace ltm {
 // GPT-2's linear layers, in block order.
 enum class LoraModule : int { kAttnQkv = 0, kAttnProj = 1, kMlpFc = 2, kMlpProj = 3 };
 inline constexpr int kLoraModules = 4;
+// The Llama family's seven (PEFT's names under model.layers.<i>.): self_attn.{q,k,v,o}_proj and
+// mlp.{gate,up,down}_proj. Each belongs to the fused module the model computes it in: q, k, v to
+// kAttnQkv (the fused Q | K | V GEMM), o to kAttnProj, gate and up to kMlpFc (gate | up), down to
+// kMlpProj. A fused module's update is then one LoRA of rank (parts x r): A = the parts' A
+// stacked, B = their B block-diagonal (zero blocks for parts the adapter leaves out), which is
+// exactly the sum of the parts' updates, each in its own output columns.
+inline constexpr int kLlamaLoraModules = 7;
 const char* lora_module_name(LoraModule m);  // "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"
 
 inline constexpr int kMaxLoraRank = 256;  // the largest --lora-max-rank
@@ -73,7 +84,15 @@ class LoraAdapter {
   float scale() const { return scale_; }  // alpha / r (or alpha / sqrt(r) with use_rslora)
   // The modules that carry an update in at least one layer ("attn.c_attn", ...), block order.
   std::vector<std::string> modules() const;
-  bool has(int64_t layer, LoraModule m) const { return tensors_[index(layer, m)].a != nullptr; }
+  // Whether any module that makes up `m` has an update in `layer`.
+  bool has(int64_t layer, LoraModule m) const {
+    for (int sub : parts(m))
+      if (has_part(layer, sub)) return true;
+    return false;
+  }
+  bool has_part(int64_t layer, int sub) const { return tensors_[sub_index(layer, sub)].a != nullptr; }
+  // The modules (GPT-2: m itself; Llama: kLlamaLoraModules indices) that make up fused module m.
+  std::vector<int> parts(LoraModule m) const;
 
   // Slices of one module's update for a rank, in fp32: A's columns `in` ([r, in.size()]), and
   // B's rows `out` ([out.size(), r], already multiplied by scale()), read side by side from the
@@ -81,6 +100,10 @@ class LoraAdapter {
   void read_a(int64_t layer, LoraModule m, const std::vector<parallel::Range>& in, float* out) const;
   void read_b_scaled(int64_t layer, LoraModule m, const std::vector<parallel::Range>& out_rows,
                      float* out) const;
+  // The same for one part (an index of parts(m)'s list: a GPT-2 or Llama module).
+  void read_a_part(int64_t layer, int sub, const std::vector<parallel::Range>& in, float* out) const;
+  void read_b_scaled_part(int64_t layer, int sub, const std::vector<parallel::Range>& out_rows,
+                          float* out) const;
 
  private:
   struct Pair {
@@ -88,8 +111,9 @@ class LoraAdapter {
     const SafetensorsTensor* b = nullptr;  // [out, r]
   };
   LoraAdapter() = default;
-  size_t index(int64_t layer, LoraModule m) const {
-    return static_cast<size_t>(layer) * kLoraModules + static_cast<size_t>(m);
+  int n_parts() const { return llama_ ? kLlamaLoraModules : kLoraModules; }
+  size_t sub_index(int64_t layer, int sub) const {
+    return static_cast<size_t>(layer) * n_parts() + static_cast<size_t>(sub);
   }
 
   std::string dir_;
@@ -97,7 +121,8 @@ class LoraAdapter {
   float alpha_ = 0, scale_ = 0;
   int64_t n_layer_ = 0;
   std::unique_ptr<SafetensorsFile> file_;  // stable address: tensors_ points into it
-  std::vector<Pair> tensors_;              // [n_layer * kLoraModules]
+  std::vector<Pair> tensors_;              // [n_layer * n_parts()]
+  bool llama_ = false;                     // the base is a Llama-family model
 };
 
 // What a caller reports of a loaded adapter.
@@ -126,8 +151,10 @@ struct LoraShardRanges {
   std::array<std::vector<parallel::Range>, kLoraModules> in;   // ranges of the module's input
   std::array<std::vector<parallel::Range>, kLoraModules> out;  // ranges of its output
 };
+// Llama: `kv_heads` are the rank's KV heads, and out[m] holds one range per part of m, in that
+// part's own output rows.
 LoraShardRanges lora_shard_ranges(const ModelConfig& config, parallel::Range heads,
-                                  parallel::Range ffn);
+                                  parallel::Range ffn, parallel::Range kv_heads = {});
 
 // This rank's slice of one module (empty when the adapter has no update there).
 LoraSlice read_lora_slice(const LoraAdapter& adapter, const LoraShardRanges& ranges,

@@ -20,7 +20,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
                                                    const ModelOptions& options) {
   const ModelConfig& c = source.config();
   LTM_RETURN_IF_ERROR(parallel::validate_layout(shard.tp * shard.pp, shard.tp, shard.pp, c.n_head,
-                                                c.n_layer, c.n_inner));
+                                                c.kv_heads(), c.n_layer, c.n_inner));
+  if (c.is_llama() && !backend.supports_llama())
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.architecture, " (a Llama-family model) runs on the CPU backend only for now; ",
+        backend.describe(), " has no RMSNorm/RoPE/SwiGLU kernels (use --device cpu)"));
   if (tp_comm.size() != shard.tp)
     return absl::InternalError(absl::StrCat("TP communicator has ", tp_comm.size(),
                                             " ranks but --tp is ", shard.tp));
@@ -35,12 +39,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
   m->head_dim_ = c.head_dim();
   m->layers_ = parallel::stage_layers(c.n_layer, c.vocab_size, c.n_embd, shard.pp, shard.pp_rank);
   m->heads_ = parallel::head_range(c.n_head, shard.tp, shard.tp_rank);
+  m->kv_heads_ = c.is_llama() ? parallel::kv_head_range(c.kv_heads(), shard.tp, shard.tp_rank)
+                              : m->heads_;
   m->ffn_ = parallel::ffn_range(c.n_inner, shard.tp, shard.tp_rank);
   m->vocab_ = parallel::vocab_range(c.vocab_size, shard.tp, shard.tp_rank);
   m->n_head_local_ = m->heads_.size();
+  m->n_kv_local_ = m->kv_heads_.size();
   m->d_local_ = m->n_head_local_ * m->head_dim_;
+  m->kv_local_ = m->n_kv_local_ * m->head_dim_;
+  m->qkv_cols_ = m->d_local_ + 2 * m->kv_local_;
   m->d_ff_local_ = m->ffn_.size();
-  m->lora_ranges_ = lora_shard_ranges(c, m->heads_, m->ffn_);
+  m->lora_ranges_ = lora_shard_ranges(c, m->heads_, m->ffn_, m->kv_heads_);
   m->merge_ = options.merge;
   LTM_RETURN_IF_ERROR(m->load_weights(source));
   m->merge_ = nullptr;
@@ -116,6 +125,7 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
 }
 
 absl::Status Model::load_weights(const WeightSource& source) {
+  if (config_.is_llama()) return load_llama_weights(source);
   const int64_t d = d_, dl = d_local_, V = config_.vocab_size;
   const bool whole = shard_.tp == 1;  // a TP rank of one holds every tensor whole
   constexpr TensorUse kMat = TensorUse::kMatrix;
@@ -204,10 +214,11 @@ void Model::ensure_workspace(Workspace& ws, int64_t n) {
   n = std::max<int64_t>(n, 16);
   const size_t a = precision_size(act_);
   ws.ln_out = backend_.alloc(n * d_ * a);
-  ws.qkv = backend_.alloc(n * 3 * d_local_ * a);
+  ws.qkv = backend_.alloc(n * qkv_cols_ * a);
   ws.attn_out = backend_.alloc(n * d_local_ * a);
   ws.proj_out = backend_.alloc(n * d_ * sizeof(float));
   ws.ff = backend_.alloc(n * d_ff_local_ * a);
+  if (config_.is_llama()) ws.gate_up = backend_.alloc(n * 2 * d_ff_local_ * a);
   ws.tokens = n;
 }
 
@@ -231,7 +242,28 @@ void Model::upload_step(const StepInput& step) {
         std::max(a.max_new_tokens, step.token_offsets[s + 1] - step.token_offsets[s]);
   }
   a.n_head = static_cast<int>(n_head_local_);
+  a.n_kv_head = static_cast<int>(n_kv_local_);
   a.head_dim = static_cast<int>(head_dim_);
+}
+
+void Model::norm_act(const float* x, const DeviceBuffer& g, const DeviceBuffer& b, Act y,
+                     int64_t n) {
+  const float eps = config_.layer_norm_epsilon;
+  if (config_.is_llama())
+    backend_.rms_norm_act(x, g.f32(), y, n, d_, eps);
+  else
+    backend_.layer_norm_act(x, g.f32(), b.f32(), y, n, d_, eps);
+}
+
+void Model::end_block_norm(float* x, float* residual, const DeviceBuffer& bias,
+                           const DeviceBuffer& g, const DeviceBuffer& b, Act y, int64_t n) {
+  const float eps = config_.layer_norm_epsilon;
+  const float* bias_or_null = bias.empty() ? nullptr : bias.f32();
+  if (config_.is_llama())
+    backend_.add_residual_rms_norm_act(x, residual, bias_or_null, g.f32(), y, n, d_, eps);
+  else
+    backend_.add_bias_residual_layer_norm_act(x, residual, bias.f32(), g.f32(), b.f32(), y, n, d_,
+                                              eps);
 }
 
 void Model::all_reduce(float* data, int64_t count) {
@@ -268,20 +300,20 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
   if (n == 0) return;
   LTM_ASSERT(ws.tokens >= n, "forward of ", n, " rows in a workspace of ", ws.tokens);
   const int64_t d = d_, dl = d_local_, dff = d_ff_local_;
-  const float eps = config_.layer_norm_epsilon;
+  const bool llama = config_.is_llama();
   Backend& b = backend_;
   const int32_t* ids = step.token_ids;
   const int32_t* pos = step.positions;
 
   if (shard_.is_first_stage()) {
-    // x = E[token] + E_pos[position]; the vocab-parallel lookup is summed over the TP group.
+    // x = E[token] (+ E_pos[position] for GPT-2); the vocab-parallel lookup is summed over TP.
     b.embed(ids, wte_, vocab_.begin, vocab_.end, hidden, n, d);
     all_reduce(hidden, n * d);
-    b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
+    if (!llama) b.add_position_embedding(hidden, wpe_.empty() ? nullptr : wpe_.f32(), pos, n, d);
   }
 
   const Act ln(ws.ln_out.data(), act_), qkv(ws.qkv.data(), act_), attn(ws.attn_out.data(), act_),
-      ff(ws.ff.data(), act_);
+      ff(ws.ff.data(), act_), gate_up(ws.gate_up.data(), act_);
   float* proj = ws.proj_out.f32();
   const bool tp = shard_.tp > 1;
   // Biases go into the GEMM's epilogue (fused on a GPU) unless a LoRA update must come between
@@ -291,21 +323,27 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
   auto apply_lora = [&](size_t l, LoraModule m, Act x, Act out) {
     if (lora) this->apply_lora(l, m, x, out);
   };
-  // Each residual block's end (bias, residual add) and the LayerNorm after it are one backend op
-  // (add_bias_residual_layer_norm: one pass over hidden on a GPU); only the stage's first LN1 and
-  // its last block's end stand alone.
+  // Each residual block's end (bias, residual add) and the norm after it are one backend op
+  // (one pass over hidden on a GPU); only the stage's first norm and its last block's end stand
+  // alone.
   for (size_t l = 0; l < layer_.size(); ++l) {
     const LayerWeights& w = layer_[l];
     const LayerWeights* next = l + 1 < layer_.size() ? &layer_[l + 1] : nullptr;
-    // O = X + Attn(LN1(X))
-    if (l == 0) b.layer_norm_act(hidden, w.ln_1_g.f32(), w.ln_1_b.f32(), ln, n, d, eps);
-    // column-parallel
-    b.matmul_act(ln, w.attn_qkv_w, qkv, n, 3 * dl, d, 0.0f, lora ? nullptr : w.attn_qkv_b.f32(),
-                 lora ? Epilogue::kNone : Epilogue::kBias);
+    // O = X + Attn(Norm1(X))
+    if (l == 0) norm_act(hidden, w.ln_1_g, w.ln_1_b, ln, n);
+    // column-parallel: this rank's Q heads, then its K and V heads
+    const bool qkv_bias = !w.attn_qkv_b.empty();
+    const bool fuse_bias = qkv_bias && !lora;
+    b.matmul_act(ln, w.attn_qkv_w, qkv, n, qkv_cols_, d, 0.0f,
+                 fuse_bias ? w.attn_qkv_b.f32() : nullptr,
+                 fuse_bias ? Epilogue::kBias : Epilogue::kNone);
     if (lora) {
       apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
-      b.add_bias_act(qkv, w.attn_qkv_b.f32(), n, 3 * dl);
+      if (qkv_bias) b.add_bias_act(qkv, w.attn_qkv_b.f32(), n, qkv_cols_);
     }
+    // Llama: rotary positions on the Q and K heads (they are consecutive in a row)
+    if (llama)
+      b.rope_act(qkv, pos, inv_freq_.f32(), n, n_head_local_ + n_kv_local_, qkv_cols_, head_dim_);
     b.kv_cache_write(args, qkv.data, cache.k(l), cache.v(l));
     b.paged_attention(args, qkv.data, cache.k(l), cache.v(l), attn.data);
     if (tp) {
@@ -316,15 +354,19 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
       b.matmul_act(attn, w.attn_proj_w, hidden, n, d, dl, 1.0f, nullptr, Epilogue::kNone);
       apply_lora(l, LoraModule::kAttnProj, attn, hidden);
     }
-    // H = O + FFN(LN2(O)): O's bias (and the TP partial sums), then LN2.
-    b.add_bias_residual_layer_norm_act(hidden, tp ? proj : nullptr, w.attn_proj_b.f32(),
-                                       w.ln_2_g.f32(), w.ln_2_b.f32(), ln, n, d, eps);
-    // column-parallel; bias + GELU fused into the GEMM when no LoRA update comes between
-    b.matmul_act(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f, lora ? nullptr : w.mlp_fc_b.f32(),
-                 lora ? Epilogue::kNone : Epilogue::kBiasGelu);
-    if (lora) {
-      apply_lora(l, LoraModule::kMlpFc, ln, ff);
-      b.bias_gelu_act(ff, w.mlp_fc_b.f32(), n, dff);
+    // H = O + MLP(Norm2(O)): O's bias (and the TP partial sums), then Norm2.
+    end_block_norm(hidden, tp ? proj : nullptr, w.attn_proj_b, w.ln_2_g, w.ln_2_b, ln, n);
+    if (llama) {  // SwiGLU: silu(gate) * up, gate | up column-parallel in one GEMM
+      b.matmul_act(ln, w.mlp_fc_w, gate_up, n, 2 * dff, d, 0.0f, nullptr, Epilogue::kNone);
+      apply_lora(l, LoraModule::kMlpFc, ln, gate_up);
+      b.silu_mul_act(gate_up, ff, n, dff);
+    } else {  // column-parallel; bias + GELU fused into the GEMM when no LoRA update comes between
+      b.matmul_act(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f, lora ? nullptr : w.mlp_fc_b.f32(),
+                   lora ? Epilogue::kNone : Epilogue::kBiasGelu);
+      if (lora) {
+        apply_lora(l, LoraModule::kMlpFc, ln, ff);
+        b.bias_gelu_act(ff, w.mlp_fc_b.f32(), n, dff);
+      }
     }
     if (tp) {
       b.matmul_act(ff, w.mlp_proj_w, proj, n, d, dff, 0.0f, nullptr, Epilogue::kNone);
@@ -335,13 +377,13 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
       apply_lora(l, LoraModule::kMlpProj, ff, hidden);
     }
     float* residual = tp ? proj : nullptr;
-    if (next) {  // H's bias (and partial sums), then the next layer's LN1
-      b.add_bias_residual_layer_norm_act(hidden, residual, w.mlp_proj_b.f32(),
-                                         next->ln_1_g.f32(), next->ln_1_b.f32(), ln, n, d, eps);
+    const bool bias = !w.mlp_proj_b.empty();
+    if (next) {  // H's bias (and partial sums), then the next layer's norm
+      end_block_norm(hidden, residual, w.mlp_proj_b, next->ln_1_g, next->ln_1_b, ln, n);
     } else if (residual) {
-      b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
+      if (bias) b.add_bias(proj, w.mlp_proj_b.f32(), n, d);
       b.add(hidden, proj, n * d);
-    } else {
+    } else if (bias) {
       b.add_bias(hidden, w.mlp_proj_b.f32(), n, d);
     }
   }
@@ -464,9 +506,12 @@ void Model::logits_from(const int32_t* rows, int64_t m, const float* hidden, flo
   LTM_ASSERT(ws.tokens >= m, "logits of ", m, " rows in a workspace of ", ws.tokens);
   float* x = ws.proj_out.f32();  // fp32 whatever act_ is: LN_f's rows go to lm_head as fp32
   backend_.gather_rows(hidden, rows, x, m, d_);
-  backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
-  // logits = LN_f(h) E^T over this rank's vocab rows (tied embedding).
-  backend_.lm_head(x, wte_, logits, m, vocab_.size(), d_);
+  if (config_.is_llama())
+    backend_.rms_norm(x, ln_f_g_.f32(), x, m, d_, config_.layer_norm_epsilon);
+  else
+    backend_.layer_norm(x, ln_f_g_.f32(), ln_f_b_.f32(), x, m, d_, config_.layer_norm_epsilon);
+  // logits = Norm_f(h) E^T over this rank's vocab rows (tied embedding, or the untied head).
+  backend_.lm_head(x, lm_head_.empty() ? wte_ : lm_head_, logits, m, vocab_.size(), d_);
 }
 
 }  // namespace ltm

@@ -1,7 +1,12 @@
-// The GPT-2/GPT-3 forward pass on one rank's slices (docs/architecture.md "The model", "Ranks and slices").
+// The forward pass of both families, GPT-2/GPT-3 and Llama (Llama, Mistral, Qwen2), on one
+// rank's slices (docs/architecture.md "The model", "Ranks and slices"). The families share the
+// block's shape and its communication; they differ in the norm (LayerNorm / RMSNorm), positions
+// (learned or sinusoidal / RoPE on Q and K), MLP (GELU / SwiGLU), K/V heads (as many as Q /
+// grouped), biases and the LM head (tied / untied): the few places forward() asks the config.
+// model_llama.cpp reads the Llama tensors into the same fused layout.
 //
 // A Model holds this rank's weights: its pipeline stage's layers, its TP rank's heads and FFN
-// columns, and (first/last stage) its vocab rows of the tied embedding. One call of run_stage()
+// columns, and (first/last stage) its vocab rows of the embedding (and of an untied LM head). One call of run_stage()
 // runs a whole batch of sequences, some in prefill (many new tokens) and some in decode (one),
 // through the stage's layers, reading and writing K/V through per-sequence block tables.
 // Communication is visible here: the two all-reduces per block go through the TP communicator,
@@ -38,14 +43,17 @@ struct ShardSpec {
   bool is_last_stage() const { return pp_rank == pp - 1; }
 };
 
+// One block's weights. q, kv: this rank's Q columns (n_head_local * d_k) and K (or V) columns
+// (n_kv_head_local * d_k; = q for GPT-2). Llama: ln_*_b, mlp biases and (unless the config has
+// them) the attention biases are empty; mlp_fc_w is gate | up, [d, 2 * d_ff_local].
 struct LayerWeights {
   DeviceBuffer ln_1_g, ln_1_b;      // [d]
-  DeviceBuffer attn_qkv_w;          // [d, 3 * d_local]  Q | K | V columns of this rank's heads
-  DeviceBuffer attn_qkv_b;          // [3 * d_local]
-  DeviceBuffer attn_proj_w;         // [d_local, d]      rows of this rank's heads
+  DeviceBuffer attn_qkv_w;          // [d, q + 2 kv]     Q | K | V columns of this rank's heads
+  DeviceBuffer attn_qkv_b;          // [q + 2 kv]
+  DeviceBuffer attn_proj_w;         // [q, d]            rows of this rank's heads
   DeviceBuffer attn_proj_b;         // [d]               added once, after the all-reduce
   DeviceBuffer ln_2_g, ln_2_b;      // [d]
-  DeviceBuffer mlp_fc_w;            // [d, d_ff_local]
+  DeviceBuffer mlp_fc_w;            // [d, d_ff_local]   (Llama: gate | up, [d, 2 d_ff_local])
   DeviceBuffer mlp_fc_b;            // [d_ff_local]
   DeviceBuffer mlp_proj_w;          // [d_ff_local, d]
   DeviceBuffer mlp_proj_b;          // [d]               added once, after the all-reduce
@@ -88,6 +96,9 @@ class Model {
   const ShardSpec& shard() const { return shard_; }
   parallel::Range layers() const { return layers_; }
   int64_t n_head_local() const { return n_head_local_; }
+  // KV heads this rank holds (and its cache stores): n_head_local for GPT-2; grouped-query
+  // attention's share, or one replicated head when tp exceeds the model's KV heads.
+  int64_t n_kv_head_local() const { return n_kv_local_; }
   parallel::Range vocab_rows() const { return vocab_; }  // padded-vocab rows held (first/last stage)
   int64_t vocab_local() const { return vocab_.size(); }
   // Bytes of weights this rank holds (device memory).
@@ -128,10 +139,11 @@ class Model {
   struct Workspace {
     int64_t tokens = 0;
     DeviceBuffer ln_out;    // [tokens, d]
-    DeviceBuffer qkv;       // [tokens, 3 * d_local]
-    DeviceBuffer attn_out;  // [tokens, d_local]
+    DeviceBuffer qkv;       // [tokens, q + 2 kv]
+    DeviceBuffer attn_out;  // [tokens, q]
     DeviceBuffer proj_out;  // [tokens, d] fp32
     DeviceBuffer ff;        // [tokens, d_ff_local]
+    DeviceBuffer gate_up;   // [tokens, 2 d_ff_local] (Llama)
   };
   // A step's arrays on the device with its attention hints (AttentionArgs, n_head, head_dim,
   // block_size, kv and act filled in), as run_stage stages them.
@@ -157,6 +169,21 @@ class Model {
   // (alloc_weight / write_weight_rows), or as the tied embedding (alloc_embedding / ...).
   enum class TensorUse { kPlain, kMatrix, kEmbedding };
   absl::Status load_weights(const WeightSource& source);
+  // model_llama.cpp: the Llama family's tensors into the same layout.
+  absl::Status load_llama_weights(const WeightSource& source);
+  // nn.Linear weights ([out, in]) side by side, as the matmul weight W [in_range.size(), sum of
+  // out ranges]: the transpose of their rows [out_begin, out_end) x columns in_range, loaded by
+  // ranges of W's rows like load_tensor (never a whole fp32 copy).
+  struct LinearPart {
+    std::string name;
+    int64_t out_begin, out_end;  // rows of the stored tensor
+  };
+  DeviceBuffer load_linear(const WeightSource& source, const std::vector<LinearPart>& parts,
+                           parallel::Range in_range, const LoraSlice* merge = nullptr);
+  // The families' norm before a block, and a block's end (bias, residual) with the next norm.
+  void norm_act(const float* x, const DeviceBuffer& g, const DeviceBuffer& b, Act y, int64_t n);
+  void end_block_norm(float* x, float* residual, const DeviceBuffer& bias, const DeviceBuffer& g,
+                      const DeviceBuffer& b, Act y, int64_t n);
   DeviceBuffer load_tensor(const WeightSource& source, const std::string& name,
                            const std::vector<SliceSpec>& parts, int64_t rows, int64_t cols,
                            bool whole, TensorUse use = TensorUse::kPlain,
@@ -173,8 +200,10 @@ class Model {
   ShardSpec shard_;
   Backend& backend_;
   parallel::Communicator& tp_comm_;
-  parallel::Range layers_, heads_, ffn_, vocab_;
-  int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, d_local_ = 0, d_ff_local_ = 0;
+  parallel::Range layers_, heads_, kv_heads_, ffn_, vocab_;
+  // d_local_: Q columns (n_head_local * d_k); kv_local_: K (or V) columns; qkv_cols_: both.
+  int64_t d_ = 0, head_dim_ = 0, n_head_local_ = 0, n_kv_local_ = 0, d_local_ = 0,
+          kv_local_ = 0, qkv_cols_ = 0, d_ff_local_ = 0;
   uint64_t weight_bytes_ = 0;
   const LoraAdapter* merge_ = nullptr;  // during load only
   absl::Status merge_status_;           // the first merge that overflowed (load_tensor)
@@ -183,6 +212,8 @@ class Model {
   double allreduce_seconds_ = 0;
 
   DeviceBuffer wte_;          // [vocab_local, d] (alloc_embedding)  first and last stage
+  DeviceBuffer lm_head_;      // [vocab_local, d] (alloc_embedding)  last stage, untied head only
+  DeviceBuffer inv_freq_;     // [d_k / 2] RoPE's frequencies (Llama)
   DeviceBuffer wpe_;          // [n_positions, d]  first stage, learned positions only
   DeviceBuffer ln_f_g_, ln_f_b_;  // [d]          last stage
   std::vector<LayerWeights> layer_;  // this stage's layers, in order

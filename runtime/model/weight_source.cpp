@@ -65,7 +65,7 @@ class RandomSource final : public WeightSource {
   const float* f32_in_place(std::string_view) const override { return nullptr; }
   void read_f32(std::string_view name, const SliceSpec& s, float* out) const override {
     const int64_t cols = full_cols(name);
-    const bool gain = (name.find("ln_") != std::string_view::npos) && name.ends_with(".weight");
+    const bool gain = is_norm(name) && name.ends_with(".weight");
     const bool bias = name.ends_with(".bias");
     // The tensor's keys: one 64-bit hash of (seed, name), split into the words the element
     // generator mixes with the element's index.
@@ -96,10 +96,20 @@ class RandomSource final : public WeightSource {
   struct Keys {
     uint32_t lo, hi, odd;
   };
+  // A LayerNorm's or RMSNorm's tensor (GPT-2's ln_*, Llama's *layernorm and model.norm).
+  static bool is_norm(std::string_view name) {
+    return name.find("ln_") != std::string_view::npos ||
+           name.find("layernorm") != std::string_view::npos || name == "model.norm.weight";
+  }
   // Column count of the named tensor's 2-D HF shape (1 for vectors).
   int64_t full_cols(std::string_view name) const {
     const int64_t d = config_.n_embd;
-    if (!name.ends_with(".weight") || (name.find("ln_") != std::string_view::npos)) return 1;
+    if (!name.ends_with(".weight") || is_norm(name)) return 1;
+    if (config_.is_llama()) {  // nn.Linear [out, in]: cols = in
+      if (name.ends_with("self_attn.o_proj.weight")) return config_.q_width();
+      if (name.ends_with("mlp.down_proj.weight")) return config_.n_inner;
+      return d;  // embed_tokens, lm_head, q/k/v, gate, up
+    }
     if (name == "wte.weight" || name == "wpe.weight") return d;
     if (name.ends_with("attn.c_attn.weight")) return 3 * d;
     if (name.ends_with("mlp.c_fc.weight")) return config_.n_inner;

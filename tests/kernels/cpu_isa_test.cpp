@@ -171,8 +171,10 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
 // remainder) and a prefill chunk of 20 rows (the matrix form), against softmax in double. For a
 // 16-bit kv_type the caches hold the rounded K and V (scalar conversion, weight_type.h) and the
 // reference uses those rounded values: the kernel's only extra error is none (widening is exact).
-void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int block_size = 8) {
-  const int n_head = 3, max_blocks = 64 / block_size;
+// n_kv < n_head: grouped-query attention (query head h reads KV head h / (n_head / n_kv)).
+void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int block_size = 8,
+                     int n_head = 3, int n_kv = 3) {
+  const int max_blocks = 64 / block_size;
   const std::vector<int> n_new = {1, 3, 20, 6, 1};
   const std::vector<int32_t> ctx = {50, 20, 40, 6, 1};
   const int n_seqs = static_cast<int>(n_new.size());
@@ -183,7 +185,8 @@ void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int bl
   std::iota(blocks.begin(), blocks.end(), 0);
   std::shuffle(blocks.begin(), blocks.end(), std::mt19937(11));
   const int64_t d = static_cast<int64_t>(n_head) * head_dim;
-  const size_t cache = static_cast<size_t>(n_blocks) * n_head * block_size * head_dim;
+  const int64_t stride = static_cast<int64_t>(n_head + 2 * n_kv) * head_dim;  // a qkv row
+  const size_t cache = static_cast<size_t>(n_blocks) * n_kv * block_size * head_dim;
   std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 12);
   std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 13);
   std::vector<uint16_t> k16(cache), v16(cache);
@@ -198,10 +201,11 @@ void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int bl
   const int n_tokens = offsets.back();
   // Large q: peaked softmaxes, so that a wrong exp or max shows.
   const std::vector<float> qkv =
-      random_floats(static_cast<size_t>(n_tokens) * 3 * d, -2.0f, 2.0f, 14);
+      random_floats(static_cast<size_t>(n_tokens) * stride, -2.0f, 2.0f, 14);
   PagedAttentionShape shape{n_seqs,        n_head, head_dim, block_size, max_blocks,
                             offsets.data(), ctx.data(), blocks.data()};
   shape.kv_type = kv_type;
+  shape.n_kv_head = n_kv;
   std::vector<float> out(static_cast<size_t>(n_tokens) * d, std::nanf(""));
   if (kv_type == WeightType::kF32)
     paged_attention(shape, qkv.data(), kc.data(), vc.data(), out.data());
@@ -211,13 +215,14 @@ void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int bl
 
   auto at = [&](const std::vector<float>& c, int s, int h, int p) {
     const int64_t block = blocks[s * max_blocks + p / block_size];
-    return c.data() + ((block * n_head + h) * block_size + p % block_size) * head_dim;
+    const int64_t kv = h / (n_head / n_kv);
+    return c.data() + ((block * n_kv + kv) * block_size + p % block_size) * head_dim;
   };
   for (int s = 0; s < n_seqs; ++s)
     for (int i = 0; i < n_new[s]; ++i) {
       const int row = offsets[s] + i, pos = ctx[s] - n_new[s] + i;
       for (int h = 0; h < n_head; ++h) {
-        const float* q = qkv.data() + static_cast<int64_t>(row) * 3 * d + h * head_dim;
+        const float* q = qkv.data() + static_cast<int64_t>(row) * stride + h * head_dim;
         std::vector<double> w(pos + 1);
         for (int p = 0; p <= pos; ++p) {
           double dot = 0.0;
@@ -243,6 +248,16 @@ TEST_P(CpuKernelsIsa, PagedAttention) {
   // with the keys of a block's partial group one by one.
   for (int block_size : {8, 16, 32})
     for (int head_dim : {64, 40, 37, 128, 96, 16}) check_attention(head_dim, WeightType::kF32, block_size);
+}
+
+// Grouped-query attention: 6 query heads over 2 KV heads, and 4 over 1 (multi-query), on every
+// path (decode rows, tiles, the matrix form) and cache type.
+TEST_P(CpuKernelsIsa, PagedAttentionGroupedQuery) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16})
+    for (int head_dim : {64, 40}) {
+      check_attention(head_dim, t, 16, 6, 2);
+      check_attention(head_dim, t, 8, 4, 1);
+    }
 }
 
 TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
