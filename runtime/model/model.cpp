@@ -161,15 +161,7 @@ absl::Status Model::load_weights(const WeightSource& source) {
   for (int64_t l = layers_.begin; l < layers_.end; ++l) {
     const std::string p = absl::StrCat("h.", l, ".");
     LayerWeights w;
-    // --lora-merge: this rank's slice of each module's update, folded in as the matrix loads.
-    std::array<LoraSlice, kLoraModules> merge;
-    if (merge_ != nullptr)
-      for (int mod = 0; mod < kLoraModules; ++mod)
-        merge[mod] = read_lora_slice(*merge_, lora_ranges_, l, static_cast<LoraModule>(mod));
-    auto fold = [&](LoraModule mod) {
-      const LoraSlice& s = merge[static_cast<int>(mod)];
-      return s.empty() ? nullptr : &s;
-    };
+    const LayerMerge fold = merge_slices(l);
     w.ln_1_g = vec(p + "ln_1.weight", d);
     w.ln_1_b = vec(p + "ln_1.bias", d);
     if (shard_.tp == 1) {
@@ -207,6 +199,14 @@ absl::Status Model::load_weights(const WeightSource& source) {
     layer_.push_back(std::move(w));
   }
   return merge_status_;
+}
+
+Model::LayerMerge Model::merge_slices(int64_t layer) const {
+  LayerMerge m;
+  if (merge_ != nullptr)
+    for (int mod = 0; mod < kLoraModules; ++mod)
+      m.slices[mod] = read_lora_slice(*merge_, lora_ranges_, layer, static_cast<LoraModule>(mod));
+  return m;
 }
 
 void Model::ensure_workspace(Workspace& ws, int64_t n) {

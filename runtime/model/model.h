@@ -180,6 +180,16 @@ class Model {
   };
   DeviceBuffer load_linear(const WeightSource& source, const std::vector<LinearPart>& parts,
                            parallel::Range in_range, const LoraSlice* merge = nullptr);
+  // --lora-merge: this rank's slice of each module's update in layer `layer`, folded in as the
+  // matrices load; fold(m) is null for a module without one (or without --lora-merge).
+  struct LayerMerge {
+    std::array<LoraSlice, kLoraModules> slices;
+    const LoraSlice* operator()(LoraModule m) const {
+      const LoraSlice& s = slices[static_cast<int>(m)];
+      return s.empty() ? nullptr : &s;
+    }
+  };
+  LayerMerge merge_slices(int64_t layer) const;
   // The families' norm before a block, and a block's end (bias, residual) with the next norm.
   void norm_act(const float* x, const DeviceBuffer& g, const DeviceBuffer& b, Act y, int64_t n);
   void end_block_norm(float* x, float* residual, const DeviceBuffer& bias, const DeviceBuffer& g,

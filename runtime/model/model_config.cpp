@@ -92,6 +92,10 @@ absl::StatusOr<int64_t> get_token_id(const json& j, const std::string& source,
   return *v;
 }
 
+// The Llama family (below): which member a config names ("" for none), and its parser.
+std::string llama_kind(const json& j);
+absl::StatusOr<ModelConfig> parse_llama(const json& j, const std::string& source);
+
 }  // namespace
 
 int64_t ModelConfig::parameter_count() const {
@@ -128,7 +132,7 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text,
         absl::StrCat(source, ": expected a JSON object with GPT-2 keys, found ", type_name(j)));
   }
 
-  if (is_llama_config_text(json_text)) return parse_llama_config(json_text, source);
+  if (!llama_kind(j).empty()) return parse_llama(j, source);
   ModelConfig c;
   c.architecture = "GPT2LMHeadModel";
   {
@@ -290,9 +294,14 @@ absl::StatusOr<ModelConfig> parse_llama_config(const std::string& json_text,
   if (!parsed.ok())
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": invalid JSON: ", parsed.status().message()));
-  const json& j = *parsed;
-  if (!j.is_object())
+  if (!parsed->is_object())
     return absl::InvalidArgumentError(absl::StrCat(source, ": expected a JSON object"));
+  return parse_llama(*parsed, source);
+}
+
+namespace {
+
+absl::StatusOr<ModelConfig> parse_llama(const json& j, const std::string& source) {
   const std::string kind = llama_kind(j);
   if (kind.empty())
     return absl::InvalidArgumentError(absl::StrCat(
@@ -418,6 +427,8 @@ absl::StatusOr<ModelConfig> parse_llama_config(const std::string& json_text,
   LTM_ASSIGN_OR_RETURN(c.bos_token_id, get_llama_token_id(j, source, "bos_token_id", c.vocab_size));
   return c;
 }
+
+}  // namespace
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const int64_t hd = c.head_dim();

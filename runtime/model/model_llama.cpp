@@ -37,8 +37,14 @@ DeviceBuffer Model::load_linear(const WeightSource& source, const std::vector<Li
       tmp.resize(static_cast<size_t>(pc * rows));
       source.read_f32(p.name, {p.out_begin, p.out_end, in_range.begin + r0, in_range.begin + r1},
                       tmp.data());
-      for (int64_t o = 0; o < pc; ++o)
-        for (int64_t r = 0; r < rows; ++r) host[r * cols + col0 + o] = tmp[o * rows + r];
+      // Transposed in 32 x 32 tiles (a plain double loop misses the cache on every store).
+      constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static) if (pc * rows > (1 << 16))
+      for (int64_t o0 = 0; o0 < pc; o0 += kTile)
+        for (int64_t r0t = 0; r0t < rows; r0t += kTile)
+          for (int64_t o = o0; o < std::min(pc, o0 + kTile); ++o)
+            for (int64_t r = r0t; r < std::min(rows, r0t + kTile); ++r)
+              host[r * cols + col0 + o] = tmp[o * rows + r];
       col0 += pc;
     }
     if (merge != nullptr) {
@@ -82,14 +88,7 @@ absl::Status Model::load_llama_weights(const WeightSource& source) {
   }
   for (int64_t l = layers_.begin; l < layers_.end; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    std::array<LoraSlice, kLoraModules> merge;
-    if (merge_ != nullptr)
-      for (int mod = 0; mod < kLoraModules; ++mod)
-        merge[mod] = read_lora_slice(*merge_, lora_ranges_, l, static_cast<LoraModule>(mod));
-    auto fold = [&](LoraModule mod) {
-      const LoraSlice& s = merge[static_cast<int>(mod)];
-      return s.empty() ? nullptr : &s;
-    };
+    const LayerMerge fold = merge_slices(l);
     LayerWeights w;
     w.ln_1_g = vec(p + "input_layernorm.weight", d);
     w.attn_qkv_w = load_linear(source,

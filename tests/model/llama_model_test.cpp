@@ -22,6 +22,7 @@
 
 #include "parallel/communicator.h"
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/model/model.h"
 #include "runtime/model/weight_source.h"
 
@@ -267,6 +268,25 @@ TEST(LlamaModel, SixteenBitWeightsAndCache) {
     const auto got = run.step(kIds, 0, static_cast<int>(kIds.size()));
     EXPECT_LT(compare(got, want), 0.05) << precision_name(p);
   }
+}
+
+// A backend without the Llama ops (CUDA until its kernels exist) refuses the model at load, by
+// name, instead of aborting at the first step.
+TEST(LlamaModel, BackendWithoutLlamaOpsRefusesTheModel) {
+  class NoLlama final : public CpuBackend {
+   public:
+    NoLlama() : CpuBackend(1) {}
+    bool supports_llama() const override { return false; }
+  };
+  NoLlama backend;
+  parallel::SoloCommunicator tp{"tp"};
+  const ModelConfig c = llama_config("");
+  Perturbed w(c);
+  auto m = Model::load(w, backend, ShardSpec{}, tp);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("LlamaForCausalLM"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("RMSNorm/RoPE/SwiGLU"), std::string::npos) << m.status();
 }
 
 // A PEFT adapter for llama_config's shapes: rank 2, alpha 6, on every module but k_proj of

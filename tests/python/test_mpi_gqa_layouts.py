@@ -59,6 +59,17 @@ def test_qwen2_kv_heads_replicated_when_tp_exceeds_them(configs):
         assert tokens(configs["qwen2"], tp, pp) == base, (tp, pp)
 
 
+def test_emulated_device_with_decode_graphs_gives_the_cpus_tokens(configs):
+    # The emulated device (runtime/backend/devsim_backend.h) queues the Llama ops like the others
+    # and replays decode steps as captured graphs.
+    out = generate_json(configs["qwen2"], prompt_ids=[5, 17, 42, 7, 300, 11, 9, 250],
+                        max_new_tokens=20,
+                        extra=["--device", "devsim", "--ignore-eos", "--threads", "1",
+                               "--init-std", "0.3", "--init-seed", 3])
+    assert out["decode_graphs"]["replays"] > 0, out["decode_graphs"]
+    assert out["generated_ids"] == tokens(configs["qwen2"], 1, 1)
+
+
 def test_tp_that_cannot_split_the_kv_heads_is_refused(tmp_path):
     shape = dict(LLAMA, num_attention_heads=6, num_key_value_heads=2, head_dim=16)
     path = tmp_path / "six.json"
