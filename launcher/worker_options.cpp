@@ -62,6 +62,9 @@ po::options_description describe(WorkerOptions* o) {
       ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")
       ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
       ("prefix-cache", po::value(&o->prefix_cache)->default_value("on"), "on | off: keep finished requests' full KV blocks and reuse them for prompts that start the same")
+      ("speculative", po::value(&o->speculative)->default_value("off"), "off | ngram | draft: speculative decoding; ngram (prompt lookup) guesses a decoding sequence's next tokens from its own prompt and output and the model verifies them in one step (same tokens as off, faster where the text repeats); draft: a small draft model (--draft-model)")
+      ("spec-tokens", po::value(&o->spec_tokens)->default_value(8), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
+      ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(4), "speculative decoding: only while at most this many sequences run (a bigger batch loses throughput by it)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16: how weight matrices are held (default: the checkpoint's dtype; f32 for a config)")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
@@ -199,6 +202,13 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (o->micro_batches < 0) return fail("--micro-batches must be >= 0");
   if (!o->cuda_graphs.empty() && o->cuda_graphs != "on" && o->cuda_graphs != "off")
     return fail(absl::StrCat("--cuda-graphs must be on or off, not '", o->cuda_graphs, "'"));
+  if (o->speculative != "off" && o->speculative != "ngram" && o->speculative != "draft")
+    return fail(absl::StrCat("--speculative must be off, ngram or draft, not '", o->speculative, "'"));
+  if (o->speculative == "draft")
+    return fail("--speculative draft: the draft-model proposer is not implemented yet; use "
+                "--speculative ngram (prompt lookup)");
+  if (o->spec_tokens < 1 || o->spec_tokens > 64) return fail("--spec-tokens must be in [1, 64]");
+  if (o->spec_max_batch < 1) return fail("--spec-max-batch must be at least 1");
   if (o->prefix_cache != "on" && o->prefix_cache != "off")
     return fail(absl::StrCat("--prefix-cache must be on or off, not '", o->prefix_cache, "'"));
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},

@@ -47,6 +47,11 @@ struct WorkerOptions {
   int32_t max_running = 64;
   int32_t micro_batches = 0;   // plans in flight; 0: pp (keeps every pipeline stage busy)
   std::string prefix_cache = "on";  // on | off: reuse cached KV blocks of shared prefixes
+  // Speculative decoding (runtime/spec/proposer.h): off | ngram | draft, drafts per step at
+  // most, and the most running sequences it is used with.
+  std::string speculative = "off";
+  int32_t spec_tokens = 8;
+  int32_t spec_max_batch = 4;
   // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
   // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.
   std::string cuda_graphs;

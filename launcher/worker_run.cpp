@@ -44,6 +44,14 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+SpecOptions spec_options(const WorkerOptions& o) {
+  SpecOptions spec;
+  spec.mode = *parse_spec_mode(o.speculative);  // validated with the command line
+  spec.max_tokens = o.spec_tokens;
+  spec.max_batch = o.spec_max_batch;
+  return spec;
+}
+
 // One-shot generation on rank 0. Returns the exit code.
 int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) {
   const ModelConfig& config = rs.model->config();
@@ -102,6 +110,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   const std::vector<int32_t> prompt_ids = req.prompt_ids;
 
   SchedulerOptions sopts{o.max_batch_tokens, o.max_running, 1};
+  sopts.spec = spec_options(o);
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
   Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
@@ -170,6 +179,13 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
                     {"total_s", total},
                     {"prefill_tokens_per_s", ttft > 0 ? prompt_ids.size() / ttft : 0},
                     {"decode_tokens_per_s", decode_tps}};
+    // Speculative decoding (--speculative): drafts verified and accepted for this request.
+    const int64_t proposed = final_event.spec_proposed_tokens;
+    const int64_t accepted = final_event.spec_accepted_tokens;
+    j["speculative"] = {{"mode", o.speculative},
+                        {"proposed_tokens", proposed},
+                        {"accepted_tokens", accepted},
+                        {"acceptance_rate", proposed > 0 ? static_cast<double>(accepted) / proposed : 0.0}};
     j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"threads", rs.threads},
                    {"weight_dtype", precision_name(rs.model->weight_precision())},
                    {"kv_dtype", precision_name(rs.kv_precision)},
@@ -214,6 +230,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
   sopts.prefix_cache = o.prefix_cache == "on";
+  sopts.spec = spec_options(o);
   const std::string kv_name = precision_name(rs.kv_precision);
   sopts.cache_salt = hash_bytes(kv_name.data(), kv_name.size());
   sopts.admission = o.admission == "deadline";
@@ -246,6 +263,9 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     l.steps = s.steps;
     l.prefix_cache_query_tokens = s.prefix_cache_query_tokens;
     l.prefix_cache_hit_tokens = s.prefix_cache_hit_tokens;
+    l.spec_proposed_tokens = s.spec_proposed_tokens;
+    l.spec_accepted_tokens = s.spec_accepted_tokens;
+    l.spec_steps = s.spec_steps;
     return l;
   });
   info.stats = [&scheduler] {

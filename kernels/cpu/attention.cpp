@@ -90,6 +90,7 @@ void gather_rows_f32(const void* cache, int64_t src, int64_t n, WeightType t, fl
 void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const void* k_cache,
                    const void* v_cache, float* out, std::vector<float>& scratch,
                    const KernelTable& kt) {
+  constexpr int kRowBlock = 128;
   const int hd = s.head_dim;
   const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
   const int first_row = s.token_offsets[seq];
@@ -114,24 +115,35 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
       gather_rows_f32(v_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
                       v + static_cast<int64_t>(p0) * hd, kt);
     }
-    const float* q = qkv + static_cast<int64_t>(first_row) * qkv_stride(s) + static_cast<int64_t>(h) * hd;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, ctx, hd, scale, q, qkv_stride(s), k,
-                hd, 0.0f, sc, ctx);
+    // In blocks of kRowBlock rows, each against only the keys its last row sees: the causal
+    // mask's upper triangle (half the products of a fresh prompt) is not computed.
+    const int64_t stride = qkv_stride(s);
+    const float* q = qkv + static_cast<int64_t>(first_row) * stride + static_cast<int64_t>(h) * hd;
+    for (int r0 = 0; r0 < n_new; r0 += kRowBlock) {
+      const int rows = std::min(kRowBlock, n_new - r0), keys = pos0 + r0 + rows;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale, q + r0 * stride,
+                  stride, k, hd, 0.0f, sc + static_cast<int64_t>(r0) * ctx, ctx);
+    }
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(n_new) * ctx > 32768)
     for (int r = 0; r < n_new; ++r) {
       float* row = sc + static_cast<int64_t>(r) * ctx;
       const int limit = pos0 + r + 1;  // keys 0 .. limit-1 are visible
+      const int keys = std::min(ctx, pos0 + (r / kRowBlock + 1) * kRowBlock);  // its block's
       float mx = -std::numeric_limits<float>::infinity();
       for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
       const float sum = kt.exp_shift_sum(row, limit, mx);
       const float inv = 1.0f / sum;
 #pragma omp simd
       for (int p = 0; p < limit; ++p) row[p] *= inv;
-      std::fill(row + limit, row + ctx, 0.0f);
+      std::fill(row + limit, row + keys, 0.0f);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_new, hd, ctx, 1.0f, sc, ctx, v, hd,
-                0.0f, out + static_cast<int64_t>(first_row) * d_local + static_cast<int64_t>(h) * hd,
-                d_local);
+    for (int r0 = 0; r0 < n_new; r0 += kRowBlock) {
+      const int rows = std::min(kRowBlock, n_new - r0), keys = pos0 + r0 + rows;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f,
+                  sc + static_cast<int64_t>(r0) * ctx, ctx, v, hd, 0.0f,
+                  out + static_cast<int64_t>(first_row + r0) * d_local + static_cast<int64_t>(h) * hd,
+                  d_local);
+    }
   }
 }
 

@@ -128,7 +128,8 @@ ServeMetrics::ServeMetrics()
       itl_(latency_buckets()),
       e2e_(latency_buckets()),
       step_(step_buckets()),
-      allreduce_(step_buckets()) {}
+      allreduce_(step_buckets()),
+      spec_rate_({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}) {}
 
 void ServeMetrics::set_build_info(BuildInfo info) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -215,6 +216,15 @@ std::string ServeMetrics::render() const {
   scalar(out, "ltm_prefix_cache_hit_tokens_total", "counter",
          "Of those, tokens whose KV was found cached and not computed.",
          static_cast<double>(live.prefix_cache_hit_tokens));
+  scalar(out, "ltm_spec_proposed_tokens_total", "counter",
+         "Speculative decoding: draft tokens the model verified.",
+         static_cast<double>(live.spec_proposed_tokens));
+  scalar(out, "ltm_spec_accepted_tokens_total", "counter",
+         "Speculative decoding: of those, accepted (each saved a step of its sequence).",
+         static_cast<double>(live.spec_accepted_tokens));
+  scalar(out, "ltm_spec_steps_total", "counter",
+         "Speculative decoding: sequence-steps that verified drafts.",
+         static_cast<double>(live.spec_steps));
 
   histogram(out, "ltm_time_to_first_token_seconds",
             "From a request's arrival at the scheduler to its first generated token.", ttft_);
@@ -226,6 +236,9 @@ std::string ServeMetrics::render() const {
             step_);
   histogram(out, "ltm_allreduce_seconds",
             "Time rank 0 spent in tensor-parallel all-reduces during one step.", allreduce_);
+  histogram(out, "ltm_spec_request_acceptance_rate",
+            "Speculative decoding, per finished request that verified drafts: accepted / proposed.",
+            spec_rate_);
   return out;
 }
 

@@ -13,6 +13,9 @@
 //   prompt_tokens_total, generation_tokens_total          counters
 //   preemptions_total, steps_total                         counters (from the stats callback)
 //   prefix_cache_query_tokens_total, prefix_cache_hit_tokens_total   counters (stats callback)
+//   spec_proposed_tokens_total, spec_accepted_tokens_total, spec_steps_total   counters (stats
+//     callback): speculative decoding's drafts verified and accepted
+//   spec_request_acceptance_rate   histogram: per finished request that verified drafts
 //   queue_depth, running_sequences, kv_blocks_used, kv_blocks_total, kv_blocks_cached   gauges
 //   time_to_first_token_seconds, inter_token_latency_seconds, e2e_request_latency_seconds,
 //   step_seconds, allreduce_seconds (per step, rank 0's TP all-reduces)   histograms
@@ -91,6 +94,9 @@ struct LiveStats {
   int64_t steps = 0;
   int64_t prefix_cache_query_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  int64_t spec_proposed_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  int64_t spec_steps = 0;
 };
 
 class ServeMetrics {
@@ -118,6 +124,10 @@ class ServeMetrics {
     step_.observe(step_seconds);
     allreduce_.observe(allreduce_seconds);
   }
+  // A finished request that verified `proposed` > 0 drafts, `accepted` of them accepted.
+  void observe_request_spec(int64_t proposed, int64_t accepted) {
+    if (proposed > 0) spec_rate_.observe(static_cast<double>(accepted) / proposed);
+  }
   void add_prompt_tokens(int64_t n) { prompt_tokens_.fetch_add(n, std::memory_order_relaxed); }
   void add_generation_tokens(int64_t n) {
     generation_tokens_.fetch_add(n, std::memory_order_relaxed);
@@ -132,7 +142,7 @@ class ServeMetrics {
   std::array<std::atomic<uint64_t>, kNumShedReasons> shed_{};
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generation_tokens_{0};
-  Histogram ttft_, itl_, e2e_, step_, allreduce_;
+  Histogram ttft_, itl_, e2e_, step_, allreduce_, spec_rate_;
   mutable std::mutex mu_;  // guards build_ and source_
   BuildInfo build_;
   std::function<LiveStats()> source_;

@@ -69,6 +69,10 @@ struct GenerationEvent {
   int32_t completion_tokens = 0;
   double time_to_first_token_s = 0;  // on the final event
   double total_time_s = 0;
+  // Speculative decoding, on the final event: drafts the model verified for this request, and
+  // how many of them it accepted (0 and 0 without speculation).
+  int64_t spec_proposed_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
   std::vector<float> full_logits;    // [token_ids.size(), vocab] with return_full_logits
   std::vector<float> prompt_logits;  // [n, vocab] for the next n prompt positions
   // With logprob_alternatives >= 0: one per token_ids entry.

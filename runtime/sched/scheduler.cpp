@@ -1,5 +1,7 @@
 #include "runtime/sched/scheduler.h"
 
+#include "runtime/sched/scheduler_internal.h"
+
 #include <algorithm>
 #include <span>
 #include <cmath>
@@ -14,41 +16,6 @@ namespace ltm {
 
 using Clock = std::chrono::steady_clock;
 
-struct Scheduler::Sequence {
-  uint64_t id = 0;
-  GenerationRequest req;
-  EventCallback on_event;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int32_t n_prompt = 0;
-  int32_t n_computed = 0;       // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;  // block table
-  std::unique_ptr<StreamingDecoder> decoder;
-  std::unique_ptr<StopMatcher> stop;
-  // Prompt positions [0, prompt_rows_done) whose row (logits or logprobs of the next prompt
-  // token) has been reported. A sequence preempted during its prefill recomputes them; they
-  // are not reported twice.
-  int32_t prompt_rows_done = 0;
-  Clock::time_point t_submit, t_first_token, t_last_token;
-  bool finished = false;
-  bool busy = false;  // in a plan that is still in flight
-  int32_t adapter_id = 0;    // LoRA adapter (0: the base model); kept through preemption
-  // Prefix cache: the chain's root (adapter and its load, KV dtype), the chain through its
-  // first n_registered blocks (registered, or equal to registered ones), and whether it may
-  // reuse cached blocks (not when it scores its prompt: those rows must be computed).
-  uint64_t salt = 0;
-  BlockAllocator::Chain chain;
-  int32_t n_registered = 0;
-  bool reuse = true;
-  absl::Status abort;        // set: end with kError and this status at the next reap
-  // This step's share (filled while planning).
-  int32_t chunk = 0;
-  int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
-  SeqLoad load() const {
-    return {static_cast<int32_t>(tokens.size()) - n_computed,
-            std::max(1, req.max_new_tokens - generated())};
-  }
-};
-
 Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const ModelConfig& config,
                      int32_t n_blocks, int32_t block_size, SchedulerOptions options)
     : engine_(engine),
@@ -60,6 +27,13 @@ Scheduler::Scheduler(StepEngine& engine, const Tokenizer* tokenizer, const Model
   stats_.kv_blocks_total = n_blocks;
   stats_.kv_blocks_free = n_blocks;
   stats_.block_size = block_size;
+  if (options_.spec.mode != SpecMode::kOff) {
+    proposer_ = options_.spec.proposer;
+    if (!proposer_ && options_.spec.mode == SpecMode::kNgram)
+      proposer_ = std::make_shared<NgramProposer>();
+    LTM_ASSERT(proposer_ != nullptr, "--speculative ", spec_mode_name(options_.spec.mode),
+               " needs a proposer");
+  }
 }
 
 Scheduler::~Scheduler() = default;
@@ -85,6 +59,7 @@ absl::Status Scheduler::submit(GenerationRequest request, EventCallback on_event
   seq->req = std::move(request);
   seq->on_event = std::move(on_event);
   seq->t_submit = now();
+  seq->draft_length = DraftLength(options_.spec.max_tokens);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("server is draining; not taking new requests");
@@ -203,6 +178,8 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   ev.status = std::move(status);
   ev.prompt_tokens = seq->n_prompt;
   ev.completion_tokens = seq->generated();
+  ev.spec_proposed_tokens = seq->spec_proposed;
+  ev.spec_accepted_tokens = seq->spec_accepted;
   const auto now = this->now();
   ev.total_time_s = std::chrono::duration<double>(now - seq->t_submit).count();
   if (seq->generated() > 0)
@@ -211,6 +188,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   if (options_.metrics) {
     options_.metrics->observe_request_latency(ev.total_time_s);
     options_.metrics->add_prompt_tokens(seq->n_prompt);
+    options_.metrics->observe_request_spec(seq->spec_proposed, seq->spec_accepted);
   }
   blocks_.release(seq->blocks);
   seq->blocks.clear();
@@ -304,19 +282,6 @@ void Scheduler::preempt(Sequence* seq) {
   stats_.preemptions++;
 }
 
-// One plan's worth of sequences, remembered until its samples come back.
-struct Scheduler::InFlightPlan {
-  struct Row {
-    Sequence* seq;
-    bool sample;  // the row a new token is drawn from (else a prompt-logits row)
-  };
-  std::vector<Sequence*> batch;
-  std::vector<Row> rows;  // one per logit row
-  bool want_logits = false;
-  int32_t tokens = 0;  // computed by the plan
-  Clock::time_point t_submit;
-};
-
 bool Scheduler::step() {
   const Clock::time_point t0 = Clock::now();
   const double allreduce0 = engine_.allreduce_seconds();
@@ -364,6 +329,7 @@ bool Scheduler::submit_plan() {
   auto plan = std::make_unique<InFlightPlan>();
   plan->t_submit = now();
   std::vector<Sequence*>& batch = plan->batch;
+  const bool speculate = speculating();
   // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
   // newest one that is not in flight (possibly this very sequence), or with deadline-aware
   // admission one that keeps its deadline when the newest would not (pick_victim).
@@ -375,7 +341,9 @@ bool Scheduler::submit_plan() {
       continue;
     }
     const int32_t pending = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
-    const int32_t chunk = std::min(pending, budget);
+    seq->drafts.clear();
+    if (speculate && pending == 1) plan_drafts(seq, budget - 1);  // decoding: drafts to verify
+    const int32_t chunk = std::min(pending + static_cast<int32_t>(seq->drafts.size()), budget);
     const int32_t need = blocks_for(seq->n_computed + chunk, block_size_) -
                          static_cast<int32_t>(seq->blocks.size());
     bool self_preempted = false;
@@ -395,7 +363,10 @@ bool Scheduler::submit_plan() {
       }
       running_.erase(victim);
     }
-    if (self_preempted) continue;
+    if (self_preempted) {
+      seq->drafts.clear();
+      continue;
+    }
     if (need > 0) LTM_ASSERT(blocks_.allocate(need, &seq->blocks));
     seq->chunk = chunk;
     budget -= chunk;
@@ -408,6 +379,7 @@ bool Scheduler::submit_plan() {
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front().get();
     if (!admit_blocks(seq)) break;
+    seq->drafts.clear();
     const int32_t chunk =
         std::min(static_cast<int32_t>(seq->tokens.size()) - seq->n_computed, budget);
     LTM_ASSERT(blocks_.allocate(blocks_for(seq->n_computed + chunk, block_size_) -
@@ -437,7 +409,8 @@ bool Scheduler::submit_plan() {
     const int32_t row0 = in.n_tokens();
     for (int32_t i = 0; i < seq->chunk; ++i) {
       const int32_t pos = seq->n_computed + i;
-      in.token_ids.push_back(seq->tokens[pos]);
+      const int32_t n_tokens = static_cast<int32_t>(seq->tokens.size());
+      in.token_ids.push_back(pos < n_tokens ? seq->tokens[pos] : seq->drafts[pos - n_tokens]);
       in.positions.push_back(pos);
       in.slot_mapping.push_back(seq->blocks[pos / block_size_] * block_size_ + pos % block_size_);
     }
@@ -446,6 +419,10 @@ bool Scheduler::submit_plan() {
     in.adapter_ids.push_back(seq->adapter_id);
     for (int32_t b = 0; b < max_blocks; ++b)
       in.block_tables.push_back(b < static_cast<int32_t>(seq->blocks.size()) ? seq->blocks[b] : 0);
+    if (!seq->drafts.empty()) {  // speculative: a row per token of the chunk
+      add_draft_rows(seq, row0, &step, plan.get());
+      continue;
+    }
     const bool completes = seq->n_computed + seq->chunk == static_cast<int32_t>(seq->tokens.size());
     RowSampling rs;
     rs.params = seq->req.sampling;
@@ -488,14 +465,17 @@ bool Scheduler::submit_plan() {
 
 void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
   for (Sequence* seq : plan.batch) {
-    seq->n_computed += seq->chunk;
     seq->busy = false;
+    if (!seq->drafts.empty()) continue;  // end_draft_step, once its rows are read
+    seq->n_computed += seq->chunk;
     if (options_.prefix_cache && !seq->finished) register_full_blocks(seq);
   }
   const int64_t V = config_.vocab_size;
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     Sequence* seq = plan.rows[r].seq;
-    if (seq->finished) continue;  // an earlier row of this plan failed it
+    if (seq->finished) continue;  // an earlier row of this plan failed or ended it
+    const int32_t spec_row = plan.rows[r].spec_row;
+    if (spec_row >= 0 && !draft_row_counts(seq, spec_row)) continue;  // after a rejected draft
     if (!out.samples[r].ok()) {
       fail_row(seq, out.samples[r].error());
       continue;
@@ -517,8 +497,11 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
       ev.prompt_logits = row;
       emit(seq, std::move(ev));
     }
+    if (spec_row >= 0) note_draft_row(seq, spec_row, out.samples[r].token);
     on_token(seq, out.samples[r], seq->req.return_full_logits ? &row : nullptr, logprobs);
   }
+  for (Sequence* seq : plan.batch)
+    if (!seq->drafts.empty()) end_draft_step(seq);
   // Drop finished sequences.
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->finished)
@@ -782,96 +765,6 @@ void Scheduler::fail_adapter_ops(const absl::Status& why) {
   for (AdapterOp& op : ops) op.done(why);
   for (AdapterOp& op : unloads_) op.done(why);
   unloads_.clear();
-}
-
-// ---- deadline-aware admission (runtime/sched/admission.h) -----------------------------------
-
-ProjectionLimits Scheduler::projection_limits() const {
-  return {options_.max_running, options_.max_batch_tokens};
-}
-
-void Scheduler::shed_unreachable() {
-  if (waiting_.empty() || !cost_.ready()) return;
-  const Clock::time_point now = this->now();
-  std::vector<SeqLoad> running, waiting;
-  std::vector<double> deadline_in_s;
-  for (const auto& s : running_) running.push_back(s->load());
-  for (const auto& s : waiting_) {
-    waiting.push_back(s->load());
-    deadline_in_s.push_back(s->req.deadline == Clock::time_point::max()
-                                ? std::numeric_limits<double>::infinity()
-                                : std::chrono::duration<double>(s->req.deadline - now).count());
-  }
-  // A few at a time: the rest, if any, at the next step.
-  const std::vector<ShedChoice> shed =
-      choose_shed(cost_, running, waiting, deadline_in_s, projection_limits(), 1.0, 16);
-  for (auto c = shed.rbegin(); c != shed.rend(); ++c) {  // from the back: indices stay valid
-    auto it = waiting_.begin() + static_cast<std::ptrdiff_t>(c->index);
-    const double retry_after_s = std::max(1.0, std::ceil(c->finish_s - deadline_in_s[c->index]));
-    if (options_.metrics) options_.metrics->count_shed(ShedReason::kDeadline);
-    finish(it->get(), FinishReason::kCancelled,
-           with_retry_after(absl::ResourceExhaustedError(absl::StrFormat(
-                                "deadline: shed while waiting: it would finish in about %.1f s, "
-                                "after its deadline in %.1f s; retry after %.0f s",
-                                c->finish_s, deadline_in_s[c->index], retry_after_s)),
-                            retry_after_s));
-    waiting_.erase(it);
-  }
-}
-
-std::list<std::unique_ptr<Scheduler::Sequence>>::iterator Scheduler::pick_victim(
-    std::list<std::unique_ptr<Sequence>>::iterator from) {
-  // Not in flight: `from`, the newer ones, and the older ones already in this plan (they hold
-  // blocks for it and can still yield them).
-  std::vector<std::list<std::unique_ptr<Sequence>>::iterator> candidates;
-  for (auto it = running_.begin(); it != running_.end(); ++it)
-    if (it == from || !(*it)->busy) candidates.push_back(it);
-  const bool aware = options_.admission && cost_.ready() && candidates.size() > 1;
-  std::vector<VictimCandidate> costs(candidates.size());
-  if (aware) {
-    std::vector<SeqLoad> running, waiting;
-    for (const auto& s : running_) running.push_back(s->load());
-    for (const auto& s : waiting_) waiting.push_back(s->load());
-    const Projection p = project(cost_, running, waiting, projection_limits());
-    const Clock::time_point now = this->now();
-    size_t index = 0, c = 0;
-    for (auto it = running_.begin(); it != running_.end() && c < candidates.size(); ++it, ++index) {
-      if (it != candidates[c]) continue;
-      const Sequence& s = **it;
-      if (s.req.deadline != Clock::time_point::max())
-        costs[c].slack_s =
-            std::chrono::duration<double>(s.req.deadline - now).count() - p.running_s[index];
-      // Preempted, it waits (first in line) until blocks free up, at the earliest when another
-      // running sequence ends, then recomputes its tokens.
-      double wait_s = std::numeric_limits<double>::infinity();
-      for (size_t j = 0; j < p.running_s.size(); ++j)
-        if (j != index) wait_s = std::min(wait_s, p.running_s[j]);
-      if (std::isinf(wait_s)) wait_s = 0;
-      costs[c].recompute_s =
-          wait_s + cost_.step_seconds(static_cast<int32_t>(s.tokens.size()));
-      ++c;
-    }
-  }
-  return candidates[choose_victim(costs, aware)];
-}
-
-void Scheduler::publish_loads() {
-  std::vector<SeqLoad> running, waiting;
-  std::vector<Clock::time_point> running_deadline, waiting_deadline;
-  for (const auto& s : running_) {
-    running.push_back(s->load());
-    running_deadline.push_back(s->req.deadline);
-  }
-  for (const auto& s : waiting_) {
-    waiting.push_back(s->load());
-    waiting_deadline.push_back(s->req.deadline);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  published_cost_ = cost_;
-  published_running_.swap(running);
-  published_waiting_.swap(waiting);
-  published_running_deadline_.swap(running_deadline);
-  published_waiting_deadline_.swap(waiting_deadline);
 }
 
 }  // namespace ltm

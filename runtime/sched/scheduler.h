@@ -28,6 +28,7 @@
 #include "runtime/sched/block_allocator.h"
 #include "runtime/sched/metrics.h"
 #include "runtime/sched/request.h"
+#include "runtime/spec/proposer.h"
 #include "runtime/text/stop_strings.h"
 #include "runtime/text/tokenizer.h"
 
@@ -61,6 +62,9 @@ struct SchedulerOptions {
   // The clock of deadlines, latencies and step times (not of the drain deadline or keep-alives);
   // empty: steady_clock::now. Tests drive a fake one.
   std::function<std::chrono::steady_clock::time_point()> clock;
+  // Speculative decoding (runtime/spec/proposer.h): a decoding sequence proposes drafts and the
+  // step verifies them, while at most spec.max_batch sequences run. Off by default.
+  SpecOptions spec;
 };
 
 struct SchedulerStats {
@@ -75,6 +79,9 @@ struct SchedulerStats {
   int64_t steps = 0;
   int64_t prefix_cache_query_tokens = 0;  // context tokens of admissions that looked up the cache
   int64_t prefix_cache_hit_tokens = 0;    // of those, found cached (not computed)
+  int64_t spec_proposed_tokens = 0;       // drafts verified (speculative decoding)
+  int64_t spec_accepted_tokens = 0;       // of those, accepted
+  int64_t spec_steps = 0;                 // sequence-steps that verified drafts
 };
 
 class Scheduler final : public RequestSink {
@@ -135,6 +142,19 @@ class Scheduler final : public RequestSink {
   std::list<std::unique_ptr<Sequence>>::iterator pick_victim(
       std::list<std::unique_ptr<Sequence>>::iterator from);
   void publish_loads();
+  // Speculative decoding (scheduler_spec.cpp). Whether this plan's decoding sequences speculate.
+  bool speculating() const;
+  // A decoding sequence's drafts for this step (seq->drafts, at most max_drafts), or none.
+  void plan_drafts(Sequence* seq, int32_t max_drafts);
+  // Its 1 + drafts logit rows, for batch rows row0 .. row0 + drafts.
+  void add_draft_rows(Sequence* seq, int32_t row0, StepPlan* step, InFlightPlan* plan);
+  // Reading results: whether row `spec_row` of `seq` still counts (no earlier row rejected its
+  // draft); before its token is emitted, notes whether it accepted its draft.
+  bool draft_row_counts(const Sequence* seq, int32_t spec_row) const;
+  void note_draft_row(Sequence* seq, int32_t spec_row, int32_t token);
+  // Once its rows are read: the computed tokens are its last one and the accepted drafts (the
+  // rejected drafts' K/V slots are left to be overwritten, their unused blocks freed).
+  void end_draft_step(Sequence* seq);
   ProjectionLimits projection_limits() const;
   std::chrono::steady_clock::time_point now() const {
     return options_.clock ? options_.clock() : std::chrono::steady_clock::now();
@@ -186,6 +206,7 @@ class Scheduler final : public RequestSink {
   std::vector<std::chrono::steady_clock::time_point> published_running_deadline_,
       published_waiting_deadline_;
   std::vector<AdapterOp> unloads_;  // step thread: unloads waiting for their requests
+  std::shared_ptr<Proposer> proposer_;  // speculative decoding's (options_.spec), or null
 };
 
 }  // namespace ltm

@@ -172,11 +172,14 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
 // 16-bit kv_type the caches hold the rounded K and V (scalar conversion, weight_type.h) and the
 // reference uses those rounded values: the kernel's only extra error is none (widening is exact).
 // n_kv < n_head: grouped-query attention (query head h reads KV head h / (n_head / n_kv)).
+// long_prefill: a chunk of 300 rows after 10 cached tokens, which the matrix form cuts into
+// blocks of rows that each see only the keys up to their last row.
 void check_attention(int head_dim, WeightType kv_type = WeightType::kF32, int block_size = 8,
-                     int n_head = 3, int n_kv = 3) {
-  const int max_blocks = 64 / block_size;
-  const std::vector<int> n_new = {1, 3, 20, 6, 1};
-  const std::vector<int32_t> ctx = {50, 20, 40, 6, 1};
+                     int n_head = 3, int n_kv = 3, bool long_prefill = false) {
+  const int max_blocks = (long_prefill ? 320 : 64) / block_size;
+  const std::vector<int> n_new = long_prefill ? std::vector<int>{300, 1} : std::vector<int>{1, 3, 20, 6, 1};
+  const std::vector<int32_t> ctx =
+      long_prefill ? std::vector<int32_t>{310, 5} : std::vector<int32_t>{50, 20, 40, 6, 1};
   const int n_seqs = static_cast<int>(n_new.size());
   std::vector<int32_t> offsets(n_seqs + 1, 0);
   for (int s = 0; s < n_seqs; ++s) offsets[s + 1] = offsets[s] + n_new[s];
@@ -258,6 +261,8 @@ TEST_P(CpuKernelsIsa, PagedAttentionGroupedQuery) {
       check_attention(head_dim, t, 16, 6, 2);
       check_attention(head_dim, t, 8, 4, 1);
     }
+  check_attention(64, WeightType::kF32, 16, 6, 2, true);
+  check_attention(40, WeightType::kF16, 16, 3, 3, true);
 }
 
 TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {

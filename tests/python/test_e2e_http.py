@@ -440,7 +440,8 @@ def test_metrics_parse_strictly_and_move(server):
                  "ltm_preemptions", "ltm_queue_depth", "ltm_running_sequences",
                  "ltm_kv_blocks_used", "ltm_kv_blocks_total", "ltm_kv_blocks_cached",
                  "ltm_prefix_cache_query_tokens", "ltm_prefix_cache_hit_tokens",
-                 "ltm_time_to_first_token_seconds",
+                 "ltm_spec_proposed_tokens", "ltm_spec_accepted_tokens",
+                 "ltm_spec_request_acceptance_rate", "ltm_time_to_first_token_seconds",
                  "ltm_inter_token_latency_seconds", "ltm_e2e_request_latency_seconds",
                  "ltm_step_seconds", "ltm_allreduce_seconds"]:
         assert name in fams, name

@@ -54,6 +54,9 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
     l.steps = 11;
     l.prefix_cache_query_tokens = 900;
     l.prefix_cache_hit_tokens = 640;
+    l.spec_proposed_tokens = 50;
+    l.spec_accepted_tokens = 30;
+    l.spec_steps = 12;
     return l;
   });
   m.count_request(FrontDoor::kHttp, Outcome::kOk);
@@ -69,6 +72,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   m.observe_inter_token_latency(200);  // beyond the last bound: +Inf only
   m.observe_request_latency(1.5);
   m.observe_step(0.004, 0.001);
+  m.observe_request_spec(10, 7);
+  m.observe_request_spec(0, 0);  // no drafts: not a sample
   const std::string text = m.render();
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.back(), '\n');
@@ -92,6 +97,12 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
   EXPECT_EQ(s.at("ltm_kv_blocks_cached"), 25);
   EXPECT_EQ(s.at("ltm_prefix_cache_query_tokens_total"), 900);
   EXPECT_EQ(s.at("ltm_prefix_cache_hit_tokens_total"), 640);
+  EXPECT_EQ(s.at("ltm_spec_proposed_tokens_total"), 50);
+  EXPECT_EQ(s.at("ltm_spec_accepted_tokens_total"), 30);
+  EXPECT_EQ(s.at("ltm_spec_steps_total"), 12);
+  EXPECT_EQ(s.at(R"(ltm_spec_request_acceptance_rate_bucket{le="0.6"})"), 0);
+  EXPECT_EQ(s.at(R"(ltm_spec_request_acceptance_rate_bucket{le="0.7"})"), 1);
+  EXPECT_EQ(s.at("ltm_spec_request_acceptance_rate_count"), 1);
   EXPECT_EQ(s.at(R"(ltm_time_to_first_token_seconds_bucket{le="0.0025"})"), 0);
   EXPECT_EQ(s.at(R"(ltm_time_to_first_token_seconds_bucket{le="0.005"})"), 1);
   EXPECT_EQ(s.at(R"(ltm_inter_token_latency_seconds_bucket{le="120"})"), 1);
@@ -111,6 +122,8 @@ TEST(MetricsTest, RendersEveryFamilyWithHelpAndType) {
         "ltm_queue_depth gauge", "ltm_running_sequences gauge", "ltm_kv_blocks_used gauge",
         "ltm_kv_blocks_total gauge", "ltm_kv_blocks_cached gauge",
         "ltm_prefix_cache_query_tokens_total counter", "ltm_prefix_cache_hit_tokens_total counter",
+        "ltm_spec_proposed_tokens_total counter", "ltm_spec_accepted_tokens_total counter",
+        "ltm_spec_steps_total counter", "ltm_spec_request_acceptance_rate histogram",
         "ltm_time_to_first_token_seconds histogram",
         "ltm_inter_token_latency_seconds histogram", "ltm_e2e_request_latency_seconds histogram",
         "ltm_step_seconds histogram", "ltm_allreduce_seconds histogram"}) {

@@ -1,0 +1,101 @@
+// Speculative decoding on the scheduler's step thread (runtime/spec/proposer.h says why the
+// output is the target's own). A decoding sequence that the proposer has guesses for runs its last
+// token and k drafts as one chunk of k + 1 rows, each row sampled as the token it would be
+// (token index g + i, history up to it); its results are read in order until a row's sample
+// differs from its draft, and that sample, a correction, is the step's last token. Every rank
+// learns what was accepted from the next plan, which starts at the first position not accepted:
+// the rejected drafts' K/V slots are simply written again (attention reads context_lens tokens),
+// and their blocks past the accepted ones are freed.
+#include <algorithm>
+
+#include "runtime/sched/scheduler.h"
+#include "runtime/sched/scheduler_internal.h"
+
+namespace ltm {
+
+bool Scheduler::speculating() const {
+  return proposer_ != nullptr && static_cast<int32_t>(running_.size()) <= options_.spec.max_batch;
+}
+
+void Scheduler::plan_drafts(Sequence* seq, int32_t max_drafts) {
+  seq->drafts.clear();
+  seq->drafts_accepted = 0;
+  seq->draft_rejected = false;
+  const int32_t n = static_cast<int32_t>(seq->tokens.size());
+  // Drafts past the last token the request may still generate, or past the context window, are
+  // never used: at most remaining - 1 (the step's last row adds one more token).
+  const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
+                                     static_cast<int32_t>(config_.n_positions) - n);
+  double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.1;
+  if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
+    const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
+    token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
+  }
+  int32_t k = std::min({seq->draft_length.next(token_cost), max_drafts, remaining - 1});
+  if (k <= 0) return;
+  proposer_->propose(seq->tokens, seq->n_prompt, k, &seq->drafts);
+  if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
+  // Drafts must not make room by preempting another sequence: only blocks that are free now.
+  const int32_t need = blocks_for(seq->n_computed + 1 + static_cast<int32_t>(seq->drafts.size()),
+                                  block_size_) -
+                       static_cast<int32_t>(seq->blocks.size());
+  if (need > 0 && need > blocks_.n_free()) seq->drafts.clear();
+}
+
+void Scheduler::add_draft_rows(Sequence* seq, int32_t row0, StepPlan* step, InFlightPlan* plan) {
+  const int32_t k = static_cast<int32_t>(seq->drafts.size());
+  seq->spec_proposed += k;
+  for (int32_t i = 0; i <= k; ++i) {
+    RowSampling rs;
+    rs.params = seq->req.sampling;
+    rs.token_index = seq->generated() + i;
+    rs.want_logprob = seq->req.return_logprobs;
+    rs.top_n = seq->req.logprob_alternatives;
+    if (rs.params.repetition_penalty != 1.0f) {
+      rs.history = seq->tokens;
+      rs.history.insert(rs.history.end(), seq->drafts.begin(), seq->drafts.begin() + i);
+    }
+    step->input.logit_rows.push_back(row0 + i);
+    step->sampling.push_back(std::move(rs));
+    plan->rows.push_back({seq, true, i});
+    if (seq->req.return_full_logits) step->want_logits = true;
+  }
+}
+
+bool Scheduler::draft_row_counts(const Sequence* seq, int32_t spec_row) const {
+  return spec_row <= seq->drafts_accepted && !seq->draft_rejected;
+}
+
+void Scheduler::note_draft_row(Sequence* seq, int32_t spec_row, int32_t token) {
+  if (spec_row < static_cast<int32_t>(seq->drafts.size()) && token == seq->drafts[spec_row]) {
+    seq->drafts_accepted = spec_row + 1;
+    seq->spec_accepted++;  // before the token is emitted: a final event counts it
+  } else {
+    seq->draft_rejected = true;
+  }
+}
+
+void Scheduler::end_draft_step(Sequence* seq) {
+  const int32_t proposed = static_cast<int32_t>(seq->drafts.size());
+  const int32_t accepted = seq->drafts_accepted;
+  seq->draft_length.observe(proposed, accepted);
+  seq->drafts.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.spec_proposed_tokens += proposed;
+    stats_.spec_accepted_tokens += accepted;
+    stats_.spec_steps++;
+  }
+  if (seq->finished) return;  // its blocks are released already
+  seq->n_computed += 1 + accepted;
+  const size_t keep = static_cast<size_t>(blocks_for(seq->n_computed, block_size_));
+  if (seq->blocks.size() > keep) {
+    // Blocks that hold no accepted position: never registered in the prefix cache.
+    blocks_.release(std::vector<int32_t>(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep),
+                                         seq->blocks.end()));
+    seq->blocks.resize(keep);
+  }
+  if (options_.prefix_cache) register_full_blocks(seq);
+}
+
+}  // namespace ltm

@@ -1,0 +1,115 @@
+// Speculative decoding: proposers guess the tokens that follow a sequence, the target model
+// checks the guesses in one forward step (runtime/sched/scheduler_spec.cpp), and DraftLength
+// picks how many to guess from how many were accepted so far.
+//
+// Why the output is exactly the target's (docs/architecture.md, "Speculative decoding"): a
+// sequence with drafts d_0..d_{k-1} runs k + 1 rows in one step (its last token and the drafts),
+// row i sampled as an ordinary token of index g + i with its own random stream (seed, g + i).
+// Row i is used only while every draft before it was accepted, so its context is then exactly the
+// sequence's; d_i is accepted iff row i's sample equals it. For a deterministic proposal (a draft
+// is a function of the tokens so far: prompt lookup, a greedy draft model) this is the standard
+// rejection-sampling rule: with q = the point mass on x, accept x with probability
+// min(1, p(x) / q(x)) = p(x), and on rejection draw from norm(max(0, p - q)) = p with x removed
+// and renormalised. Drawing y ~ p and accepting iff y = x gives the same joint law: P(out = x,
+// accepted) = p(x), and for y != x, P(out = y) = p(y) = (1 - p(x)) * p(y) / (1 - p(x)). Greedy
+// (p one-hot on the argmax) accepts iff the draft is the argmax. A random stream (seed, n) whose
+// row was thrown away (an earlier draft was rejected) is drawn again for token n at the next
+// step: the throw-away was decided by the streams of earlier tokens only, so the new draw is
+// still independent of everything that decided the context. Hence every kept token is the token
+// non-speculative decoding draws with the same stream: greedy and sampled output alike are
+// those of `--speculative off` (up to the rounding of a k + 1-row step against a 1-row one).
+// Threading: a Proposer is used by one thread (the scheduler's step thread); DraftLength is a
+// value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ltm {
+
+enum class SpecMode { kOff, kNgram, kDraft };
+const char* spec_mode_name(SpecMode m);
+// "off" | "ngram" | "draft"; InvalidArgument naming the flag otherwise.
+absl::StatusOr<SpecMode> parse_spec_mode(const std::string& s);
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Appends up to `max_tokens` guesses of the tokens that follow `tokens` (prompt + generated so
+  // far, `n_prompt` of them the prompt) to *out; fewer, or none, when it has no good guess.
+  virtual void propose(std::span<const int32_t> tokens, int32_t n_prompt, int32_t max_tokens,
+                       std::vector<int32_t>* out) = 0;
+};
+
+// Prompt lookup: the last n tokens (n from max_ngram down to min_ngram) are looked up among the
+// sequence's own earlier tokens (prompt and output); the tokens that followed the latest earlier
+// occurrence are the guess, continued past the end by copying itself (the suffix repeats with
+// that period: a loop is guessed for as long as asked). O(tokens x max_ngram) per call, no state.
+class NgramProposer final : public Proposer {
+ public:
+  explicit NgramProposer(int32_t max_ngram = 4, int32_t min_ngram = 2)
+      : max_ngram_(max_ngram), min_ngram_(min_ngram) {}
+  void propose(std::span<const int32_t> tokens, int32_t n_prompt, int32_t max_tokens,
+               std::vector<int32_t>* out) override;
+
+ private:
+  int32_t max_ngram_, min_ngram_;
+};
+
+// How many drafts to ask for at the next step of one sequence. It keeps a decayed estimate a of
+// the chance that a draft is accepted given that the drafts before it were (accepted drafts over
+// drafts examined: the accepted ones and the first rejected one), and picks the k in
+// [0, max_tokens] that maximises the tokens a step yields per unit of step cost,
+//     (1 + a + ... + a^k) / (1 + token_cost * k),
+// token_cost being what one more token in a sequence's step costs against the step itself (the
+// scheduler measures it: see SpecOptions::token_cost). A
+// sequence whose drafts keep failing gets k = 0; every probe_every-th such step still probes
+// with one draft, so it recovers when the text turns repetitive.
+class DraftLength {
+ public:
+  explicit DraftLength(int32_t max_tokens) : max_tokens_(max_tokens) {}
+  // Call once per step the sequence decodes; counts the steps without drafts.
+  int32_t next(double token_cost);
+  // After a step that proposed `proposed` (> 0) drafts, of which the first `accepted` were.
+  void observe(int32_t proposed, int32_t accepted);
+  double acceptance() const { return (accepted_ + kPrior * kPriorWeight) / (examined_ + kPriorWeight); }
+
+  static constexpr double kPrior = 0.5, kPriorWeight = 1.0, kDecay = 0.85;
+  static constexpr int32_t kProbeEvery = 8;
+
+ private:
+  int32_t max_tokens_;
+  double accepted_ = 0, examined_ = 0;
+  int32_t idle_ = 0;
+};
+
+// The best k for acceptance `a`, as DraftLength::next() computes it (for tests and tools).
+int32_t best_draft_length(double a, double token_cost, int32_t max_tokens);
+
+// What the scheduler speculates with (SchedulerOptions::spec; ltm-worker --speculative,
+// --spec-tokens, --spec-max-batch).
+struct SpecOptions {
+  SpecMode mode = SpecMode::kOff;
+  int32_t max_tokens = 8;   // drafts per sequence and step, at most (--spec-tokens)
+  // Speculate only while at most this many sequences run: a bigger batch already keeps the
+  // machine's arithmetic busy, and the drafts' rows would cost more than they save
+  // (docs/benchmarks.md, "Speculative decoding", measures where).
+  int32_t max_batch = 4;
+  // DraftLength's token_cost: > 0, this; 0 (the default), measured: with step seconds ~ a + b x
+  // tokens (the scheduler's StepCostModel, once it has timed enough steps; 0.1 before) and B
+  // sequences running, one more draft row costs b x B / (a + b x B) of a sequence-step, which
+  // tends to 1 as the batch grows, so drafts stop paying in big batches by this measure too.
+  double token_cost = 0;
+  std::shared_ptr<Proposer> proposer;  // null: made from `mode` (kNgram: an NgramProposer)
+};
+
+// How many of `drafts` the target accepted: the longest prefix with sampled[i] == drafts[i]
+// (sampled has at least drafts.size() entries: row i's sample verifies draft i).
+int32_t accepted_prefix(std::span<const int32_t> drafts, std::span<const int32_t> sampled);
+
+}  // namespace ltm

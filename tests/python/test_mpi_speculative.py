@@ -1,0 +1,82 @@
+"""Speculative decoding (--speculative ngram, issue 22) gives the tokens of --speculative off in
+every layout: models/kjv-small, a prompt that quotes a verse the answer repeats (so drafts are
+proposed, accepted and rejected), greedy and seeded sampling, one rank, tp 2, pp 2 and tp 2 x pp 2
+under mpirun; the one-shot JSON counts the drafts. Bad values of the flags are refused by name."""
+import os
+
+import pytest
+
+from ltm_testing.worker import generate_json, run_worker
+
+MODEL = os.path.join(os.environ.get("LTM_SOURCE_DIR", ""), "models", "kjv-small")
+VERSE = ("In the beginning God created the heaven and the earth. And the earth was without form, "
+         "and void; and darkness was upon the face of the deep.")
+PROMPT = f"{VERSE}\n\nRepeat the verse.\n\n{VERSE}\n\nIn"
+LAYOUTS = [(1, 1), (2, 1), (1, 2), (2, 2)]
+
+
+def run(tp, pp, spec, *extra):
+    return generate_json(MODEL, prompt=PROMPT, max_new_tokens=48, ranks=tp * pp,
+                         extra=["--tp", tp, "--pp", pp, "--threads", "1", "--ignore-eos",
+                                "--speculative", spec, *extra])
+
+
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "0.3", "--top-k", "40", "--seed", "7"]],
+                         ids=["greedy", "sampled"])
+def test_ngram_gives_the_tokens_of_off_in_every_layout(sampling):
+    base = run(1, 1, "off", *sampling)
+    assert base["speculative"] == {"mode": "off", "proposed_tokens": 0, "accepted_tokens": 0,
+                                   "acceptance_rate": 0.0}
+    for tp, pp in LAYOUTS:
+        got = run(tp, pp, "ngram", *sampling)
+        assert got["generated_ids"] == base["generated_ids"], (tp, pp)
+        spec = got["speculative"]
+        print(f"tp={tp} pp={pp}: {spec}")
+        assert spec["mode"] == "ngram"
+        assert 0 < spec["accepted_tokens"] <= spec["proposed_tokens"], (tp, pp, spec)
+        # The answer repeats the verse (at temperature 0.3 too): many drafts are right (how many
+        # varies: the draft length follows the step times measured).
+        assert spec["accepted_tokens"] >= 12, (tp, pp, spec)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--speculative", "lookup"], "--speculative must be off, ngram or draft"),
+    (["--speculative", "draft"], "not implemented"),
+    (["--speculative", "ngram", "--spec-tokens", "0"], "--spec-tokens must be in [1, 64]"),
+    (["--speculative", "ngram", "--spec-max-batch", "0"], "--spec-max-batch must be at least 1"),
+])
+def test_bad_flags_are_refused_by_name(flags, message):
+    p = run_worker(["--model", MODEL, "--prompt", "In the beginning", "--max-new-tokens", "2",
+                    *flags], check=False, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr, p.stderr
+
+
+def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens():
+    """tp 2 serving with --speculative ngram: concurrent greedy calls give the one-shot tokens of
+    off, and /metrics counts the drafts (server totals and the per-request histogram)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ltm_testing.http import HttpServer
+
+    base = run(1, 1, "off")
+    want = base["generated_ids"]
+    with HttpServer(MODEL, ranks=2, tp=2, pp=1,
+                    extra=["--speculative", "ngram", "--spec-max-batch", "4"]) as srv:
+        client = srv.client()
+
+        def call(_):
+            r = client.generate(prompt_token_ids=base["prompt_ids"], max_new_tokens=48,
+                                temperature=0.0, ignore_eos=True)
+            return list(r.token_ids)
+        with ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(call, range(3)))
+        assert got == [want] * 3
+        srv.wait_http_idle()
+        fams = srv.metrics()
+        proposed = srv.sample("ltm_spec_proposed_tokens_total", fams)
+        accepted = srv.sample("ltm_spec_accepted_tokens_total", fams)
+        print(f"server: {accepted:.0f} of {proposed:.0f} drafts accepted")
+        assert 0 < accepted <= proposed
+        assert srv.sample("ltm_spec_steps_total", fams) > 0
+        assert srv.sample("ltm_spec_request_acceptance_rate_count", fams) == 3

@@ -1,0 +1,394 @@
+// Speculative decoding in the scheduler (runtime/sched/scheduler_spec.cpp), against fake engines:
+//   - FakeEngine (tests/sched/fake_engine.h), whose tokens depend on what the plans' block tables
+//     read: greedy output equals the model's own continuation, with drafts rejected at every
+//     position (the rejected drafts' K/V rolled back), preemption and the prefix cache;
+//   - MarkovEngine (below): a 4-token vocabulary whose rows are sampled by the real sampler with
+//     the engine's random streams: sampled output is the same with speculation as without, and
+//     its distribution is the model's (chi-square), which a wrong acceptance rule fails.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/sampling/sampler.h"
+#include "runtime/sched/scheduler.h"
+#include "tests/sched/scheduler_rig.h"
+
+namespace ltm {
+namespace {
+
+using namespace sched_test;
+
+// Knows the fake model's greedy continuation and gets every `wrong_every`-th draft wrong.
+class OracleProposer final : public Proposer {
+ public:
+  OracleProposer(const FakeEngine* engine, int wrong_every) : engine_(engine), wrong_every_(wrong_every) {}
+  void propose(std::span<const int32_t> tokens, int32_t, int32_t max_tokens,
+               std::vector<int32_t>* out) override {
+    const std::vector<int32_t> next =
+        engine_->expected_tokens(std::vector<int32_t>(tokens.begin(), tokens.end()), max_tokens);
+    for (int32_t t : next) out->push_back(++count_ % wrong_every_ == 0 ? (t + 1) % kVocab : t);
+    calls_++;
+  }
+  int calls_ = 0;
+
+ private:
+  const FakeEngine* engine_;
+  int wrong_every_;
+  int count_ = 0;
+};
+
+SchedulerOptions spec_options(int max_tokens, int max_batch) {
+  SchedulerOptions o;
+  o.spec.mode = SpecMode::kNgram;
+  o.spec.max_tokens = max_tokens;
+  o.spec.max_batch = max_batch;
+  o.spec.token_cost = 0.1;  // fixed: the fake engine's step times are no measure
+  return o;
+}
+
+// The most logit rows any one sequence had in a plan.
+int max_rows_per_sequence(const StepPlan& p) {
+  int best = 0;
+  const StepInput& in = p.input;
+  for (int32_t s = 0; s < in.n_seqs(); ++s) {
+    int n = 0;
+    for (int32_t r : in.logit_rows) n += r >= in.token_offsets[s] && r < in.token_offsets[s + 1];
+    best = std::max(best, n);
+  }
+  return best;
+}
+
+TEST(Speculative, GreedyOutputIsTheModelsWithDraftsRejectedAnywhere) {
+  for (int wrong_every : {2, 3, 5, 1000}) {
+    SCOPED_TRACE(wrong_every);
+    SchedulerOptions o = spec_options(5, 8);
+    FakeEngine engine(kVocab, 64, 4);
+    auto oracle = std::make_shared<OracleProposer>(&engine, wrong_every);
+    o.spec.proposer = oracle;
+    Scheduler sched(engine, nullptr, fake_config(), 64, 4, o);
+    std::vector<std::shared_ptr<Received>> out;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+      prompts.push_back(prompt_of(5 + 3 * i, i));
+      auto r = std::make_shared<Received>();
+      ASSERT_TRUE(sched.submit(request(prompts.back(), 17 + i), r->callback()).ok());
+      out.push_back(r);
+    }
+    sched.run_until_idle();
+    int64_t proposed = 0, accepted = 0;
+    for (int i = 0; i < 3; ++i) {
+      expect_served(*out[i], engine.expected_tokens(prompts[i], 17 + i), FinishReason::kLength);
+      proposed += out[i]->last.spec_proposed_tokens;
+      accepted += out[i]->last.spec_accepted_tokens;
+    }
+    for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
+    const SchedulerStats st = sched.stats();
+    EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << "blocks leaked";
+    EXPECT_EQ(st.spec_proposed_tokens, proposed);
+    EXPECT_EQ(st.spec_accepted_tokens, accepted);
+    EXPECT_GT(accepted, 0);
+    if (wrong_every < 1000) {
+      EXPECT_LT(accepted, proposed);
+    }
+    int most = 0;
+    for (const StepPlan& p : engine.plans()) most = std::max(most, max_rows_per_sequence(p));
+    // The last token and 5 drafts once the drafts are seen to be right.
+    if (wrong_every == 1000) {
+      EXPECT_EQ(most, 6);
+    } else {
+      EXPECT_GE(most, 3);
+    }
+    EXPECT_GT(oracle->calls_, 0);
+    // Fewer steps than tokens: accepted drafts saved steps.
+    EXPECT_LT(engine.plans().size(), 17u + 18u + 19u);
+  }
+}
+
+TEST(Speculative, PreemptionAndThePrefixCacheKeepTheTokens) {
+  SchedulerOptions o = spec_options(4, 8);
+  FakeEngine engine(kVocab, 14, 4);  // 56 slots for 4 sequences of up to 26 tokens: preemption
+  auto oracle = std::make_shared<OracleProposer>(&engine, 3);
+  o.spec.proposer = oracle;
+  ModelConfig config = fake_config();
+  Scheduler sched(engine, nullptr, config, 14, 4, o);
+  std::vector<std::shared_ptr<Received>> out;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(prompt_of(8 + (i % 2), 1));  // shared prefixes: cached blocks reused
+    auto r = std::make_shared<Received>();
+    ASSERT_TRUE(sched.submit(request(prompts.back(), 16 + i), r->callback()).ok());
+    out.push_back(r);
+  }
+  sched.run_until_idle();
+  for (int i = 0; i < 4; ++i)
+    expect_served(*out[i], engine.expected_tokens(prompts[i], 16 + i), FinishReason::kLength);
+  for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
+  const SchedulerStats st = sched.stats();
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GT(st.prefix_cache_hit_tokens, 0);
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << "blocks leaked";
+}
+
+TEST(Speculative, OffAboveMaxBatchAndForTheLastTokens) {
+  SchedulerOptions o = spec_options(8, 2);
+  FakeEngine engine(kVocab, 128, 4);
+  o.spec.proposer = std::make_shared<OracleProposer>(&engine, 1000);
+  ModelConfig config = fake_config();
+  Scheduler sched(engine, nullptr, config, 128, 4, o);
+  std::vector<std::shared_ptr<Received>> out;
+  for (int i = 0; i < 4; ++i) {
+    auto r = std::make_shared<Received>();
+    // Different lengths: the batch shrinks from 4 to 1 as they finish.
+    ASSERT_TRUE(sched.submit(request(prompt_of(6, i), 3 + 10 * i), r->callback()).ok());
+    out.push_back(r);
+  }
+  sched.run_until_idle();
+  for (int i = 0; i < 4; ++i)
+    expect_served(*out[i], engine.expected_tokens(prompt_of(6, i), 3 + 10 * i),
+                  FinishReason::kLength);
+  bool spoke = false;
+  for (const StepPlan& p : engine.plans()) {
+    const int rows = max_rows_per_sequence(p);
+    if (rows > 1) {
+      EXPECT_LE(p.input.n_seqs(), 2) << "speculated with more than --spec-max-batch running";
+      spoke = true;
+    }
+    // Never a draft past max_new_tokens: the last row of a sequence is its last token's.
+    for (int32_t s = 0; s < p.input.n_seqs(); ++s) EXPECT_LE(p.input.context_lens[s], 6 + 3 + 30);
+  }
+  EXPECT_TRUE(spoke);
+  EXPECT_EQ(sched.stats().spec_proposed_tokens, sched.stats().spec_accepted_tokens);
+  for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
+}
+
+// ---- Sampled output: a 4-token Markov model sampled by the real sampler ------------------------
+
+constexpr int kV = 4;
+constexpr std::array<std::array<double, kV>, kV> kT = {{{0.5, 0.2, 0.2, 0.1},
+                                                        {0.1, 0.6, 0.2, 0.1},
+                                                        {0.25, 0.25, 0.3, 0.2},
+                                                        {0.4, 0.1, 0.1, 0.4}}};
+
+std::vector<float> markov_logits(int32_t token) {
+  std::vector<float> row(kV);
+  for (int v = 0; v < kV; ++v) row[v] = static_cast<float>(std::log(kT[token][v]));
+  return row;
+}
+
+// A row's logits are log T[its token]: the next token depends on the last one only. Rows are
+// sampled as Engine::sample_last_stage samples them (the sampler, the stream (seed, index)).
+class MarkovEngine final : public StepEngine {
+ public:
+  void submit(const StepPlan& plan) override {
+    StepOutput out;
+    std::vector<float> scratch;
+    for (size_t i = 0; i < plan.input.logit_rows.size(); ++i) {
+      const RowSampling& rs = plan.sampling[i];
+      Rng rng = Rng::for_step(rs.params.seed, rs.token_index);
+      const std::vector<float> row = markov_logits(plan.input.token_ids[plan.input.logit_rows[i]]);
+      out.samples.push_back(sample(row, rs.params, rs.history, rng, &scratch, rs.want_logprob));
+    }
+    steps++;
+    pending_.push_back(std::move(out));
+  }
+  StepOutput collect() override {
+    StepOutput out = std::move(pending_.front());
+    pending_.pop_front();
+    return out;
+  }
+  int in_flight() const override { return static_cast<int>(pending_.size()); }
+  absl::Status load_adapter(int32_t, const std::string&, int, LoraSummary*) override {
+    return absl::UnimplementedError("no adapters");
+  }
+  void unload_adapter(int32_t) override {}
+  void keep_alive() override {}
+  double allreduce_seconds() const override { return 0; }
+  int64_t steps = 0;
+
+ private:
+  std::deque<StepOutput> pending_;
+};
+
+// A draft model's guess: the greedy chain of T from the last token.
+class GreedyChainProposer final : public Proposer {
+ public:
+  void propose(std::span<const int32_t> tokens, int32_t, int32_t max_tokens,
+               std::vector<int32_t>* out) override {
+    int32_t t = tokens.back();
+    for (int32_t i = 0; i < max_tokens; ++i) {
+      t = static_cast<int32_t>(std::max_element(kT[t].begin(), kT[t].end()) - kT[t].begin());
+      out->push_back(t);
+    }
+  }
+};
+
+ModelConfig markov_config() {
+  ModelConfig c = fake_config();
+  c.vocab_size = kV;
+  return c;
+}
+
+// Every request's tokens, served by one scheduler (speculating or not).
+std::vector<std::vector<int32_t>> serve_markov(const std::vector<GenerationRequest>& reqs,
+                                               bool speculate, int64_t* steps = nullptr,
+                                               int64_t* accepted = nullptr) {
+  SchedulerOptions o;
+  o.max_running = 256;
+  o.max_batch_tokens = 1 << 16;  // every sequence every step: steps are the longest chain's
+  if (speculate) {
+    o.spec.mode = SpecMode::kNgram;
+    o.spec.max_tokens = 3;
+    o.spec.max_batch = 1 << 20;
+    o.spec.token_cost = 0.1;
+    o.spec.proposer = std::make_shared<GreedyChainProposer>();
+  }
+  MarkovEngine engine;
+  Scheduler sched(engine, nullptr, markov_config(), 4096, 4, o);
+  std::vector<std::shared_ptr<Received>> out;
+  std::vector<std::vector<int32_t>> tokens;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    out.push_back(std::make_shared<Received>());
+    EXPECT_TRUE(sched.submit(reqs[i], out.back()->callback()).ok());
+    if (out.size() == 256 || i + 1 == reqs.size()) {  // in waves, so the test stays fast
+      sched.run_until_idle();
+      for (auto& r : out) tokens.push_back(r->tokens);
+      out.clear();
+    }
+  }
+  if (steps) *steps = engine.steps;
+  if (accepted) *accepted = sched.stats().spec_accepted_tokens;
+  return tokens;
+}
+
+GenerationRequest markov_request(uint64_t seed, int n_new, SamplingParams params,
+                                 std::vector<int32_t> prompt = {0, 3}) {
+  GenerationRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.max_new_tokens = n_new;
+  r.sampling = params;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST(Speculative, SampledOutputIsTheSameTokensAsWithout) {
+  SamplingParams plain, topk, topp, penalty;
+  topk.temperature = 0.7f;
+  topk.top_k = 3;
+  topp.top_p = 0.8f;
+  penalty.repetition_penalty = 1.4f;  // the history of a draft row holds the drafts before it
+  for (const SamplingParams& p : {plain, topk, topp, penalty}) {
+    std::vector<GenerationRequest> reqs;
+    for (uint64_t seed = 0; seed < 300; ++seed) reqs.push_back(markov_request(seed, 12, p));
+    int64_t accepted = 0;
+    const auto on = serve_markov(reqs, true, nullptr, &accepted);
+    const auto off = serve_markov(reqs, false);
+    EXPECT_EQ(on, off);
+    EXPECT_GT(accepted, 300);  // 300 requests of 12 tokens: drafts were verified and kept
+  }
+}
+
+// Pearson's chi-square of the counts of 3 tokens against the model's exact probabilities after a
+// prompt ending in 3: the first 3 generated tokens, or with `after_first` the 2nd to 4th (the
+// first decode step verifies 2 drafts: all three come from one step when they are accepted);
+// 63 degrees of freedom: 113.7 is its 1 - 1e-4 quantile (Wilson-Hilferty).
+constexpr double kChi2Limit = 113.7;
+
+double chi_square(const std::map<std::vector<int32_t>, int>& counts, int n,
+                  bool after_first = false) {
+  double chi2 = 0;
+  for (int a = 0; a < kV; ++a)
+    for (int b = 0; b < kV; ++b)
+      for (int c = 0; c < kV; ++c) {
+        double first = kT[3][a];  // the prompt ends in 3
+        if (after_first) {
+          first = 0;
+          for (int t = 0; t < kV; ++t) first += kT[3][t] * kT[t][a];
+        }
+        const double expect = n * first * kT[a][b] * kT[b][c];
+        auto it = counts.find({a, b, c});
+        const double got = it == counts.end() ? 0 : it->second;
+        chi2 += (got - expect) * (got - expect) / expect;
+      }
+  return chi2;
+}
+
+TEST(Speculative, SampledDistributionIsTheModelsByChiSquare) {
+  SamplingParams plain;
+  constexpr int kN = 12000;
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t seed = 0; seed < kN; ++seed) reqs.push_back(markov_request(seed + 7777, 4, plain));
+  int64_t accepted = 0;
+  std::map<std::vector<int32_t>, int> counts;
+  for (const auto& t : serve_markov(reqs, true, nullptr, &accepted))
+    counts[std::vector<int32_t>(t.begin() + 1, t.end())]++;
+  const double chi2 = chi_square(counts, kN, /*after_first=*/true);
+  EXPECT_LT(chi2, kChi2Limit);
+  EXPECT_GT(accepted, kN / 2);  // the drafts were really verified, and often accepted
+  std::printf("speculative (the scheduler): chi-square %.1f (63 dof, limit %.1f), %lld drafts "
+              "accepted\n", chi2, kChi2Limit, static_cast<long long>(accepted));
+}
+
+// The same statistic has the power to catch a wrong rule. Each token with draft x is decided by
+// a rule over p = softmax(row) and one stream; the correct rules (sample y ~ p and accept iff
+// y == x; or the textbook form: accept x with probability p(x), else draw from p with x removed
+// and renormalised) pass, and the classic mistake (on rejection, draw from p again, x included)
+// fails.
+enum class Rule { kSampleAndCompare, kTextbook, kWrongResampleFromP };
+
+int32_t decide(Rule rule, int32_t last, int32_t draft, Rng& rng) {
+  const std::array<double, kV>& p = kT[last];
+  auto draw = [&](double u, int32_t skip) {
+    double mass = 0;
+    for (int v = 0; v < kV; ++v) mass += v == skip ? 0 : p[v];
+    double cum = 0;
+    for (int v = 0; v < kV; ++v) {
+      if (v == skip) continue;
+      cum += p[v] / mass;
+      if (u < cum) return v;
+    }
+    return kV - 1 == skip ? kV - 2 : kV - 1;
+  };
+  switch (rule) {
+    case Rule::kSampleAndCompare: return draw(rng.uniform(), -1);
+    case Rule::kTextbook: return rng.uniform() < p[draft] ? draft : draw(rng.uniform(), draft);
+    case Rule::kWrongResampleFromP: return rng.uniform() < p[draft] ? draft : draw(rng.uniform(), -1);
+  }
+  return 0;
+}
+
+double simulate(Rule rule, int n) {
+  std::map<std::vector<int32_t>, int> counts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> out;
+    int32_t last = 3;
+    for (int t = 0; t < 3; ++t) {
+      const int32_t draft =
+          static_cast<int32_t>(std::max_element(kT[last].begin(), kT[last].end()) - kT[last].begin());
+      Rng rng = Rng::for_step(static_cast<uint64_t>(i) + 99, t);
+      last = decide(rule, last, draft, rng);
+      out.push_back(last);
+    }
+    counts[out]++;
+  }
+  return chi_square(counts, n);
+}
+
+TEST(Speculative, TheChiSquareTestCatchesAWrongAcceptanceRule) {
+  const double ok = simulate(Rule::kSampleAndCompare, 12000);
+  const double textbook = simulate(Rule::kTextbook, 12000);
+  const double wrong = simulate(Rule::kWrongResampleFromP, 12000);
+  std::printf("chi-square: sample-and-compare %.1f, textbook %.1f, wrong rule %.1f (limit %.1f)\n",
+              ok, textbook, wrong, kChi2Limit);
+  EXPECT_LT(ok, kChi2Limit);
+  EXPECT_LT(textbook, kChi2Limit);
+  EXPECT_GT(wrong, kChi2Limit);
+}
+
+}  // namespace
+}  // namespace ltm
