@@ -56,13 +56,15 @@ absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
     p.weights = Precision::kF16;
   }
   if (!o.kv_dtype.empty()) {
-    if (!parse_precision(o.kv_dtype, &p.kv))
-      return absl::InvalidArgumentError(absl::StrCat("--kv-dtype '", o.kv_dtype, "'"));
+    if (!parse_precision(o.kv_dtype, &p.kv) || p.kv == Precision::kInt8)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-dtype '", o.kv_dtype, "' (f32, bf16 or fp16)"));
   } else {
     // f32 weights keep the whole computation fp32 (it matches the reference to 1e-6); with
     // 16-bit weights a 16-bit cache adds an error of the same order, halves attention's reads
     // and doubles the tokens a megabyte holds. fp16 rather than bf16: K and V are LayerNorm'd
-    // projections, well inside fp16's range, and fp16 keeps 3 more mantissa bits.
+    // projections, well inside fp16's range, and fp16 keeps 3 more mantissa bits. int8 weights
+    // take an fp16 cache too.
     p.kv = p.weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
   }
   return p;

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       ("model", po::value(&model), "checkpoint folder, config .json, or a name in configs/ (gpt3-175b)")
       ("device", po::value(&device), "cpu | a100-80gb | h100-sxm | h200 (--list-devices); the figure flags below override its figures")
       ("world-size,n", po::value(&world)->default_value(1), "ranks (tp x pp)")
-      ("weight-dtype", po::value(&weight_dtype)->default_value("f32"), "f32 | bf16 | fp16")
+      ("weight-dtype", po::value(&weight_dtype)->default_value("f32"), "f32 | bf16 | fp16 | int8")
       ("kv-dtype", po::value(&kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16, as ltm-worker)")
       ("context", po::value(&context)->default_value(0), "tokens of context per sequence (0: the model's)")
       ("batch", po::value(&batch)->default_value(32), "sequences decoded together for the throughput estimate and the recommendation")
@@ -143,10 +143,10 @@ int main(int argc, char** argv) {
     return fail("latencies and --overhead-mb must be >= 0");
 
   if (!ltm::parse_precision(weight_dtype, &in.weights))
-    return fail(absl::StrCat("--weight-dtype '", weight_dtype, "' (f32, bf16 or fp16)"));
+    return fail(absl::StrCat("--weight-dtype '", weight_dtype, "' (f32, bf16, fp16 or int8)"));
   if (kv_dtype.empty()) {
     in.kv = in.weights == ltm::Precision::kF32 ? ltm::Precision::kF32 : ltm::Precision::kF16;
-  } else if (!ltm::parse_precision(kv_dtype, &in.kv)) {
+  } else if (!ltm::parse_precision(kv_dtype, &in.kv) || in.kv == ltm::Precision::kInt8) {
     return fail(absl::StrCat("--kv-dtype '", kv_dtype, "' (f32, bf16 or fp16)"));
   }
   in.world_size = world;

@@ -66,7 +66,7 @@ po::options_description describe(WorkerOptions* o) {
       ("spec-tokens", po::value(&o->spec_tokens)->default_value(8), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
       ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(4), "speculative decoding: only while at most this many sequences run (a bigger batch loses throughput by it)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
-      ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16: how weight matrices are held (default: the checkpoint's dtype; f32 for a config)")
+      ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load (CPU only)")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
   po::options_description serve("Serving");
   serve.add_options()
@@ -214,8 +214,10 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},
                                     {"--kv-dtype", &o->kv_dtype}}) {
     Precision p;
-    if (!value->empty() && !parse_precision(*value, &p))
-      return fail(absl::StrCat(flag, " must be f32, bf16 or fp16, not '", *value, "'"));
+    const bool weights = std::string_view(flag) == "--weight-dtype";
+    if (!value->empty() && (!parse_precision(*value, &p) || (!weights && p == Precision::kInt8)))
+      return fail(absl::StrCat(flag, " must be ", weights ? "f32, bf16, fp16 or int8" : "f32, bf16 or fp16",
+                               ", not '", *value, "'"));
   }
   if (o->micro_batches == 0) o->micro_batches = o->pp;
   if (!(o->init_std > 0)) return fail("--init-std must be > 0");

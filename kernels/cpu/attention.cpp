@@ -81,68 +81,77 @@ void gather_rows_f32(const void* cache, int64_t src, int64_t n, WeightType t, fl
       break;
     case WeightType::kBF16: kt.bf16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
     case WeightType::kF16: kt.f16_to_f32_n(static_cast<const uint16_t*>(cache) + src, dst, n); break;
+    case WeightType::kInt8: break;  // weights only: no cache holds it (the backends refuse it)
   }
 }
 
-// A sequence with many new rows (a prefill chunk) in matrix form, one head after the other:
-// gather the head's K and V from the blocks, S = Q K^T / sqrt(d_k) and O = softmax(S) V as
-// OpenBLAS GEMMs (threaded by OpenBLAS), the causal mask and softmax by rows in between.
+// A sequence with many new rows (a prefill chunk) in matrix form, one KV head after the other:
+// gather the head's K and V from the blocks; then, by blocks of rows, stack the Q rows of every
+// query head that reads this KV head (grouped-query attention: n_head / n_kv_head of them; one
+// for multi-head attention), S = Q K^T / sqrt(d_k) and O = softmax(S) V as OpenBLAS GEMMs
+// (threaded by OpenBLAS) with the causal mask and softmax by rows in between, and put O's rows
+// back in place. A block's GEMMs run over only the keys its last row sees, so a fresh prompt's
+// masked upper triangle is not computed, and a group's heads share one pass over K and V.
 void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, const void* k_cache,
                    const void* v_cache, float* out, std::vector<float>& scratch,
                    const KernelTable& kt) {
-  constexpr int kRowBlock = 128;
   const int hd = s.head_dim;
   const int64_t d_local = static_cast<int64_t>(s.n_head) * hd;
+  const int64_t stride = qkv_stride(s);
   const int first_row = s.token_offsets[seq];
   const int n_new = s.token_offsets[seq + 1] - first_row;
   const int ctx = s.context_lens[seq];
   const int pos0 = ctx - n_new;
   const int32_t* table = s.block_tables + static_cast<int64_t>(seq) * s.max_blocks_per_seq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  scratch.resize(static_cast<size_t>(2 * ctx * hd + static_cast<int64_t>(n_new) * ctx));
-  float* k = scratch.data();           // [ctx, hd]
-  float* v = k + static_cast<int64_t>(ctx) * hd;  // [ctx, hd]
-  float* sc = v + static_cast<int64_t>(ctx) * hd; // [n_new, ctx]
-  for (int h = 0; h < s.n_head; ++h) {
-    // Heads of one group share their K and V (grouped-query attention): gathered once.
-    const bool same_kv = h > 0 && kv_head_of(s, h) == kv_head_of(s, h - 1);
-    for (int p0 = 0; p0 < ctx && !same_kv; p0 += s.block_size) {
+  const int group = s.n_head / kv_heads(s);             // query heads per KV head
+  const int block = std::max(16, 256 / group);          // rows of each head per block
+  const int64_t m_max = static_cast<int64_t>(group) * std::min(block, n_new);
+  scratch.resize(static_cast<size_t>(2 * static_cast<int64_t>(ctx) * hd + 2 * m_max * hd +
+                                     m_max * ctx));
+  float* k = scratch.data();                       // [ctx, hd]
+  float* v = k + static_cast<int64_t>(ctx) * hd;   // [ctx, hd]
+  float* qg = v + static_cast<int64_t>(ctx) * hd;  // [group * rows, hd]: the group's Q rows
+  float* og = qg + m_max * hd;                     // [group * rows, hd]: their outputs
+  float* sc = og + m_max * hd;                     // [group * rows, keys]
+  for (int kvh = 0; kvh < kv_heads(s); ++kvh) {
+    for (int p0 = 0; p0 < ctx; p0 += s.block_size) {
       const int n = std::min(s.block_size, ctx - p0);
-      const int64_t src = ((static_cast<int64_t>(table[p0 / s.block_size]) * kv_heads(s) +
-                            kv_head_of(s, h)) * s.block_size) * hd;
+      const int64_t src =
+          ((static_cast<int64_t>(table[p0 / s.block_size]) * kv_heads(s) + kvh) * s.block_size) * hd;
       gather_rows_f32(k_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
                       k + static_cast<int64_t>(p0) * hd, kt);
       gather_rows_f32(v_cache, src, static_cast<int64_t>(n) * hd, s.kv_type,
                       v + static_cast<int64_t>(p0) * hd, kt);
     }
-    // In blocks of kRowBlock rows, each against only the keys its last row sees: the causal
-    // mask's upper triangle (half the products of a fresh prompt) is not computed.
-    const int64_t stride = qkv_stride(s);
-    const float* q = qkv + static_cast<int64_t>(first_row) * stride + static_cast<int64_t>(h) * hd;
-    for (int r0 = 0; r0 < n_new; r0 += kRowBlock) {
-      const int rows = std::min(kRowBlock, n_new - r0), keys = pos0 + r0 + rows;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale, q + r0 * stride,
-                  stride, k, hd, 0.0f, sc + static_cast<int64_t>(r0) * ctx, ctx);
-    }
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(n_new) * ctx > 32768)
-    for (int r = 0; r < n_new; ++r) {
-      float* row = sc + static_cast<int64_t>(r) * ctx;
-      const int limit = pos0 + r + 1;  // keys 0 .. limit-1 are visible
-      const int keys = std::min(ctx, pos0 + (r / kRowBlock + 1) * kRowBlock);  // its block's
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
-      const float sum = kt.exp_shift_sum(row, limit, mx);
-      const float inv = 1.0f / sum;
+    for (int r0 = 0; r0 < n_new; r0 += block) {
+      const int rows = std::min(block, n_new - r0), keys = pos0 + r0 + rows;
+      const int m = group * rows;  // row j * rows + r: head kvh * group + j, new row r0 + r
+      for (int j = 0; j < group; ++j)
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(qg + (static_cast<int64_t>(j) * rows + r) * hd,
+                      qkv + (first_row + r0 + r) * stride + static_cast<int64_t>(kvh * group + j) * hd,
+                      sizeof(float) * hd);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, hd, scale, qg, hd, k, hd, 0.0f,
+                  sc, keys);
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(m) * keys > 32768)
+      for (int i = 0; i < m; ++i) {
+        float* row = sc + static_cast<int64_t>(i) * keys;
+        const int limit = pos0 + r0 + i % rows + 1;  // keys 0 .. limit-1 are visible
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
+        const float sum = kt.exp_shift_sum(row, limit, mx);
+        const float inv = 1.0f / sum;
 #pragma omp simd
-      for (int p = 0; p < limit; ++p) row[p] *= inv;
-      std::fill(row + limit, row + keys, 0.0f);
-    }
-    for (int r0 = 0; r0 < n_new; r0 += kRowBlock) {
-      const int rows = std::min(kRowBlock, n_new - r0), keys = pos0 + r0 + rows;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f,
-                  sc + static_cast<int64_t>(r0) * ctx, ctx, v, hd, 0.0f,
-                  out + static_cast<int64_t>(first_row + r0) * d_local + static_cast<int64_t>(h) * hd,
-                  d_local);
+        for (int p = 0; p < limit; ++p) row[p] *= inv;
+        std::fill(row + limit, row + keys, 0.0f);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, keys, 1.0f, sc, keys, v, hd,
+                  0.0f, og, hd);
+      for (int j = 0; j < group; ++j)
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(out + (first_row + r0 + r) * d_local + static_cast<int64_t>(kvh * group + j) * hd,
+                      og + (static_cast<int64_t>(j) * rows + r) * hd, sizeof(float) * hd);
     }
   }
 }
@@ -212,6 +221,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
                              static_cast<const uint16_t*>(k_cache),
                              static_cast<const uint16_t*>(v_cache), out, scores.data());
           break;
+        case WeightType::kInt8: break;  // weights only (see gather_rows_f32)
       }
     }
   }

@@ -60,6 +60,14 @@ struct KernelTable {
   void (*rope_row)(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);
 };
 
+// How a GEMM over `panels` column panels and m rows of A is cut into (panel, block of rows)
+// items for `threads` threads (packed_gemm.cpp; int8_gemm.cpp uses it too).
+struct RowSplit {
+  int64_t blocks;
+  int64_t rows;  // rows per block
+};
+RowSplit split_rows(int64_t m, int64_t panels, int threads);
+
 inline constexpr int kQueryTile = 4;  // attention query rows computed together
 
 // The table in use (chosen on the first call).

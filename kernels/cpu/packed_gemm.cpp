@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/int8_gemm.h"
 
 #include "kernels/cpu/isa_kernels.h"
 
@@ -52,17 +53,11 @@ void packed_column(const float* packed, int64_t k, int64_t col, float* out) {
   for (int64_t p = 0; p < k; ++p) out[p] = panel[p * kPanelWidth + c];
 }
 
-namespace {
-
 // The work of one GEMM is (panel, block of rows) items. Panels alone are the split while there
 // are enough of them (each thread then streams its panels once, with every row); when there are
 // too few to keep the threads busy (n = d = 768 is 12 panels; a 64-core socket would idle 52
 // cores) the rows are cut into blocks too, of at least 32 rows so each panel pass still reuses
 // the weights it reads. Aim: 4 items per thread.
-struct RowSplit {
-  int64_t blocks;
-  int64_t rows;  // rows per block
-};
 RowSplit split_rows(int64_t m, int64_t panels, int threads) {
   int64_t blocks = 1;
   if (threads > 1 && panels < 4 * threads)
@@ -70,8 +65,6 @@ RowSplit split_rows(int64_t m, int64_t panels, int threads) {
   const int64_t rows = (m + blocks - 1) / blocks;
   return {(m + rows - 1) / rows, rows};
 }
-
-}  // namespace
 
 #ifdef LTM_CPU_X86
 namespace {
@@ -191,6 +184,7 @@ void packed_gemm_bf16_rounded(const float* a, const uint16_t* w, float* c, int64
 #endif
 
 size_t packed_bytes(int64_t k, int64_t n, WeightType t) {
+  if (t == WeightType::kInt8) return int8_packed_bytes(k, n);
   return packed_floats(panel_rows(k, t), n) * weight_type_size(t);
 }
 
@@ -226,6 +220,7 @@ Converter converter(WeightType t) {
 
 void pack_weight_rows(const float* w_rows, int64_t row_begin, int64_t row_end, int64_t k,
                       int64_t n, WeightType t, void* packed) {
+  if (t == WeightType::kInt8) return int8_pack_rows(w_rows, row_begin, row_end, k, n, packed);
   if (row_end <= row_begin) return;
   const Converter cv = converter(t);  // outside the parallel region: may throw
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
@@ -264,6 +259,8 @@ void pack_weight_rows(const float* w_rows, int64_t row_begin, int64_t row_end, i
 
 void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t row_end,
                                  int64_t n, int64_t k, WeightType t, void* packed) {
+  if (t == WeightType::kInt8)
+    return int8_pack_transposed_rows(e_rows, row_begin, row_end, n, k, packed);
   const Converter cv = converter(t);
   const size_t es = weight_type_size(t);
   const int64_t first = row_begin / kPanelWidth;
@@ -295,6 +292,7 @@ void pack_weight_transposed_rows(const float* e_rows, int64_t row_begin, int64_t
 }
 
 void packed_column(const void* packed, WeightType t, int64_t k, int64_t col, float* out) {
+  if (t == WeightType::kInt8) return int8_packed_column(packed, k, col, out);
   const auto* f = static_cast<const float*>(packed);
   const auto* h = static_cast<const uint16_t*>(packed);
   for (int64_t p = 0; p < k; ++p) {
@@ -309,6 +307,7 @@ void packed_gemm(const float* a, const void* packed, WeightType t, float* c, int
     packed_gemm(a, static_cast<const float*>(packed), c, m, n, k, beta);
     return;
   }
+  if (t == WeightType::kInt8) return int8_gemm(a, packed, c, m, n, k, beta);
   if (m == 0 || n == 0) return;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
 #ifdef LTM_CPU_X86

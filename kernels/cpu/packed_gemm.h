@@ -46,6 +46,10 @@ void packed_gemm(const float* a, const float* packed, float* c, int64_t m, int64
 
 // ---- Weights of any WeightType (weight_type.h): fp32, bf16 or fp16 elements ----
 //
+// (kInt8 is handed to int8_gemm.h's functions, its own panel layout: packed_bytes, the packing
+// of row ranges (whole groups of 32 rows), packed_column and packed_gemm all take it;
+// packed_index and panel_rows do not apply.)
+//
 // The same panel layout with elements of weight_type_size(t) bytes; activations, accumulation
 // and C stay fp32 (the 16-bit elements are converted as the kernel reads them). A 16-bit matrix
 // is half the bytes, which is what a decode step (m = 1..8, bandwidth-bound) is limited by.

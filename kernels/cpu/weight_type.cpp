@@ -19,13 +19,16 @@ float float_of(uint32_t b) {
 
 }  // namespace
 
-size_t weight_type_size(WeightType t) { return t == WeightType::kF32 ? 4 : 2; }
+size_t weight_type_size(WeightType t) {
+  return t == WeightType::kF32 ? 4 : t == WeightType::kInt8 ? 1 : 2;
+}
 
 const char* weight_type_name(WeightType t) {
   switch (t) {
     case WeightType::kF32: return "f32";
     case WeightType::kBF16: return "bf16";
     case WeightType::kF16: return "f16";
+    case WeightType::kInt8: return "int8";
   }
   return "?";
 }

@@ -19,17 +19,21 @@
 
 namespace ltm::kernels::cpu {
 
-enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+// kInt8: weights only (never a KV cache), symmetric int8 in groups of 32 with fp16 scales, not an
+// element type but a packed layout of its own (kernels/cpu/int8_gemm.h); packed_gemm.h's
+// WeightType-generic functions hand it to int8_gemm.h's.
+enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
 
-size_t weight_type_size(WeightType t);       // 4, 2, 2
-const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16"
+size_t weight_type_size(WeightType t);       // 4, 2, 2, 1 (int8: the quants, scales apart)
+const char* weight_type_name(WeightType t);  // "f32", "bf16", "f16", "int8"
 
 uint16_t f32_to_bf16(float x);
 float bf16_to_f32(uint16_t x);
 uint16_t f32_to_f16(float x);
 float f16_to_f32(uint16_t x);
 
-// Addition: the value x takes after a round trip through t (x itself for kF32).
+// Addition: the value x takes after a round trip through t (x itself for kF32 and for kInt8,
+// whose rounding depends on the group: int8_gemm.h).
 float round_to(WeightType t, float x);
 
 }  // namespace ltm::kernels::cpu

@@ -16,13 +16,20 @@
 
 namespace ltm {
 
-size_t precision_size(Precision p) { return p == Precision::kF32 ? 4 : 2; }
+size_t precision_size(Precision p) {
+  return p == Precision::kF32 ? 4 : p == Precision::kInt8 ? 1 : 2;
+}
+
+double weight_element_bytes(Precision p) {
+  return p == Precision::kInt8 ? 1.0 + 2.0 / 32.0 : static_cast<double>(precision_size(p));
+}
 
 const char* precision_name(Precision p) {
   switch (p) {
     case Precision::kF32: return "f32";
     case Precision::kBF16: return "bf16";
     case Precision::kF16: return "fp16";
+    case Precision::kInt8: return "int8";
   }
   return "?";
 }
@@ -31,6 +38,7 @@ bool parse_precision(std::string_view name, Precision* out) {
   if (name == "f32" || name == "fp32") *out = Precision::kF32;
   else if (name == "bf16") *out = Precision::kBF16;
   else if (name == "fp16" || name == "f16") *out = Precision::kF16;
+  else if (name == "int8") *out = Precision::kInt8;
   else return false;
   return true;
 }

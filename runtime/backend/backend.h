@@ -25,10 +25,15 @@ namespace ltm {
 // Element type of a weight matrix, of the KV cache or of the activations between ops as a
 // backend holds them. Biases, norms, the residual stream and accumulation are fp32 whatever this
 // is (see Backend::activation_precision).
-enum class Precision : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
-size_t precision_size(Precision p);       // 4, 2, 2
-const char* precision_name(Precision p);  // "f32", "bf16", "fp16"
-// "f32" | "fp32", "bf16", "fp16" | "f16"; false for anything else.
+// kInt8: weight matrices only (never a KV cache or activations), symmetric int8 with an fp16
+// scale per group of 32 along the reduction dimension (8.5 bits a weight; CPU backend only,
+// kernels/cpu/int8_gemm.h).
+enum class Precision : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
+size_t precision_size(Precision p);       // 4, 2, 2, 1 (int8: the quants, scales apart)
+const char* precision_name(Precision p);  // "f32", "bf16", "fp16", "int8"
+// Bytes a weight element takes with its share of scales: 4, 2, 2, 1.0625 (memory reports, plans).
+double weight_element_bytes(Precision p);
+// "f32" | "fp32", "bf16", "fp16" | "f16", "int8"; false for anything else.
 bool parse_precision(std::string_view name, Precision* out);
 
 // Memory owned by a backend (or a view of memory someone else keeps alive). Move-only.

@@ -73,6 +73,7 @@ kc::WeightType kernel_type(Precision p) {
     case Precision::kF32: return kc::WeightType::kF32;
     case Precision::kBF16: return kc::WeightType::kBF16;
     case Precision::kF16: return kc::WeightType::kF16;
+    case Precision::kInt8: return kc::WeightType::kInt8;
   }
   return kc::WeightType::kF32;
 }

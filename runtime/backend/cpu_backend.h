@@ -31,7 +31,8 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
     return src;
   }
   // Weights in f32, bf16 or fp16 packed panels; KV caches of any of the three.
-  bool supports(Precision, Precision) const override { return true; }
+  // Any weight type; caches of f32, bf16 or fp16 (int8 is for weights only).
+  bool supports(Precision, Precision kv) const override { return kv != Precision::kInt8; }
   bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const override {
     *max_head_dim = 512;  // paged_attention's per-head registers
     return head_dim <= *max_head_dim;

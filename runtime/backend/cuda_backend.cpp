@@ -123,6 +123,7 @@ kernels::cuda::ElemType elem_type(Precision p) {
     case Precision::kF32: return kernels::cuda::ElemType::kF32;
     case Precision::kBF16: return kernels::cuda::ElemType::kBF16;
     case Precision::kF16: return kernels::cuda::ElemType::kF16;
+    case Precision::kInt8: break;  // refused by supports()
   }
   return kernels::cuda::ElemType::kF32;
 }
@@ -170,7 +171,10 @@ class CudaBackend final : public Backend {
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return name_; }
   // f32, bf16 and fp16 weights and caches, in any combination.
-  bool supports(Precision, Precision) const override { return true; }
+  // int8 weights are a CPU layout (kernels/cpu/int8_gemm.h): no CUDA kernel reads them yet.
+  bool supports(Precision w, Precision kv) const override {
+    return w != Precision::kInt8 && kv != Precision::kInt8;
+  }
   // 16-bit weights: activations of the same type (cuBLASLt multiplies two operands of one type).
   Precision activation_precision(Precision weights) const override {
     return f32_activations_ ? Precision::kF32 : weights;

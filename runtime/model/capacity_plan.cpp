@@ -168,6 +168,11 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       dev.flops_16 <= 0 || dev.link_bandwidth <= 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "device '", dev.name, "' needs memory, memory bandwidth, FLOP rates and link bandwidth > 0"));
+  if (in.weights == Precision::kInt8 && !dev.shared_by_ranks)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weight-dtype int8 runs on the CPU backend only, not on '", dev.name, "'"));
+  if (in.kv == Precision::kInt8)
+    return absl::InvalidArgumentError("--kv-dtype int8: the KV cache holds f32, bf16 or fp16");
   if (in.context < 0 || in.context > c.n_positions)
     return absl::InvalidArgumentError(absl::StrCat("--context ", in.context, " is outside [1, ",
                                                    c.n_positions, "] (the model's context)"));
@@ -183,7 +188,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   const double layer_matrix = d * (2.0 * q_cols + 2.0 * kv_cols) + (c.is_llama() ? 3.0 : 2.0) * d * ff;
   // Untied head: V d more parameters read, the same work per token.
   plan.flops_per_token = 2.0 * (L * layer_matrix + double(V) * d) + 4.0 * L * d * C;
-  const double wbytes = static_cast<double>(precision_size(in.weights));
+  const double wbytes = weight_element_bytes(in.weights);
   const double rate = in.weights == Precision::kF32 ? dev.flops_f32 : dev.flops_16;
   const int W = in.world_size;
   const double share = dev.shared_by_ranks ? W : 1;

@@ -114,7 +114,7 @@ int64_t weight_bytes_per_rank(const ModelConfig& c, const ShardSpec& s, Precisio
   if (s.is_first_stage() && c.position_embedding == PositionEmbedding::kLearned)
     vector += c.n_positions * d;
   if (s.is_last_stage()) vector += 2 * d;
-  return matrix * static_cast<int64_t>(precision_size(weights)) +
+  return static_cast<int64_t>(static_cast<double>(matrix) * weight_element_bytes(weights)) +
          vector * static_cast<int64_t>(sizeof(float));
 }
 

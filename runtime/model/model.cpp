@@ -71,13 +71,14 @@ DeviceBuffer Model::load_tensor(const WeightSource& source, const std::string& n
     LTM_ASSERT(parts.size() == 1 && parts[0].row_begin == 0 && parts[0].col_begin == 0 &&
                parts[0].row_end == rows && parts[0].col_end == cols);
   const Precision p = use == TensorUse::kPlain ? Precision::kF32 : weight_precision_;
-  weight_bytes_ += static_cast<uint64_t>(rows * cols) * precision_size(p);
+  weight_bytes_ += static_cast<uint64_t>(static_cast<double>(rows * cols) * weight_element_bytes(p));
   DeviceBuffer out;
   if (use == TensorUse::kMatrix) out = backend_.alloc_weight(rows, cols, p);
   if (use == TensorUse::kEmbedding) out = backend_.alloc_embedding(rows, cols, p);
+  // Whole groups of 32 rows per chunk: int8 weights take a scale per 32 rows of a column.
   const int64_t chunk = use == TensorUse::kPlain
                             ? rows
-                            : std::max<int64_t>(1, kChunkBytes / (cols * int64_t{sizeof(float)}));
+                            : std::max<int64_t>(32, kChunkBytes / (cols * int64_t{sizeof(float)}) / 32 * 32);
   std::vector<float> host, tmp;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t r1 = std::min(rows, r0 + chunk);

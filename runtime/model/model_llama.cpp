@@ -23,9 +23,12 @@ DeviceBuffer Model::load_linear(const WeightSource& source, const std::vector<Li
   constexpr int64_t kChunkBytes = 8 << 20;
   int64_t cols = 0;
   for (const LinearPart& p : parts) cols += p.out_end - p.out_begin;
-  weight_bytes_ += static_cast<uint64_t>(in * cols) * precision_size(weight_precision_);
+  weight_bytes_ += static_cast<uint64_t>(static_cast<double>(in * cols) *
+                                         weight_element_bytes(weight_precision_));
   DeviceBuffer out = backend_.alloc_weight(in, cols, weight_precision_);
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (cols * int64_t{sizeof(float)}));
+  // Whole groups of 32 rows per chunk (int8 weights: a scale per 32 rows of a column).
+  const int64_t chunk =
+      std::max<int64_t>(32, kChunkBytes / (cols * int64_t{sizeof(float)}) / 32 * 32);
   std::vector<float> host, tmp;
   for (int64_t r0 = 0; r0 < in; r0 += chunk) {
     const int64_t r1 = std::min(in, r0 + chunk), rows = r1 - r0;

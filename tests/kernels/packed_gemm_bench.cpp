@@ -1,5 +1,5 @@
 // Side-by-side OpenBLAS sgemm (row-major B) and packed_gemm (B packed into panels, as the CPU
-// backend holds weights) with fp32, bf16 and fp16 weights, on every kernel path this CPU
+// backend holds weights) with fp32, bf16, fp16 and int8 weights, on every kernel path this CPU
 // supports (cpu_isa.h), GPT-2-124M shapes. The paths and weight types alternate within each
 // round, so the ratios are robust to a noisy machine; "x" after a packed path is its ratio to
 // OpenBLAS (f32) or to the same path's f32 kernel (bf16, f16). Not a ctest; build by hand
@@ -10,7 +10,7 @@
 //     $(pkg-config --cflags --libs /usr/lib/x86_64-linux-gnu/openblas-openmp/pkgconfig/openblas.pc) \
 //     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -o /tmp/skb
 //   OMP_NUM_THREADS=2 /tmp/skb [m ...]
-// SKB_ISA=avx2,portable: only those paths; SKB_TYPES=f32,bf16: only those weight types;
+// SKB_ISA=avx2,portable: only those paths; SKB_TYPES=f32,bf16,int8: only those weight types;
 // SKB_SHAPES=qkv,fc2: only those shapes; SKB_ROUNDS=n (default 7); SKB_WARM: B stays in cache;
 // SKB_COLD_MB=n: the fp32 copies of B rotated over (default 96; more than the L3 for cold B).
 #include <cblas.h>
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
                                        std::string::npos)
       isas.push_back(i);
   std::vector<kc::WeightType> types;
-  for (kc::WeightType t : {kc::WeightType::kF32, kc::WeightType::kBF16, kc::WeightType::kF16})
+  for (kc::WeightType t : {kc::WeightType::kF32, kc::WeightType::kBF16, kc::WeightType::kF16,
+                           kc::WeightType::kInt8})
     if (selected("SKB_TYPES", kc::weight_type_name(t))) types.push_back(t);
   const int rounds = std::getenv("SKB_ROUNDS") ? std::atoi(std::getenv("SKB_ROUNDS")) : 7;
   std::mt19937 rng(1);

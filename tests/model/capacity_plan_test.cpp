@@ -87,6 +87,27 @@ TEST(CapacityPlan, Gpt3_125mBf16TensorParallelByHand) {
   EXPECT_EQ(pp2.stages[0].layers + pp2.stages[1].layers, 12);
 }
 
+TEST(CapacityPlan, Int8WeightsOnTheCpuOnly) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 1;
+  in.weights = Precision::kInt8;
+  in.kv = Precision::kF16;
+  const Plan p = *make_plan(in);
+  // Matrices (12 x 12 d^2 and the embedding V x d) at 8.5 bits, vectors fp32.
+  const int64_t matrix = 12LL * 12 * 768 * 768 + 50257LL * 768;
+  const int64_t vectors = 125226240LL - matrix;
+  EXPECT_EQ(p.layouts[0].weight_bytes_per_rank, matrix + matrix / 16 + vectors * 4);
+  in.device = *find_device("h100-sxm");
+  const absl::StatusOr<Plan> gpu = make_plan(in);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.status().message().find("CPU backend only"), std::string::npos);
+  in.device = *find_device("cpu");
+  in.kv = Precision::kInt8;
+  EXPECT_FALSE(make_plan(in).ok());
+}
+
 TEST(CapacityPlan, Gpt3_175bOnSixteenH100sByHand) {
   PlanInput in;
   in.config = gpt3(96, 12288, 96);

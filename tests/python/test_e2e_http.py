@@ -97,18 +97,22 @@ def test_models_health_and_dtypes(server):
     assert (status, json.loads(body)) == (200, {"status": "ok"})
 
 
-def test_dtypes_of_a_16bit_server(model, tmp_path):
-    with HttpServer(model, ranks=1, tp=1, pp=1, name="bf16", log_dir=str(tmp_path),
-                    extra=["--kv-memory-mb", 4, "--weight-dtype", "bf16",
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_dtypes_of_a_16bit_or_int8_server(model, tmp_path, weights):
+    # Both front doors (gRPC's model info, HTTP's /v1/models) and /metrics name the types.
+    with HttpServer(model, ranks=1, tp=1, pp=1, name=weights, log_dir=str(tmp_path),
+                    extra=["--kv-memory-mb", 4, "--weight-dtype", weights,
                            "--kv-dtype", "fp16"]) as srv:
         info = srv.model_info()
-        assert (info.dtype, info.kv_dtype) == ("bf16", "fp16")
+        assert (info.dtype, info.kv_dtype) == (weights, "fp16")
         status, _, body = srv.request("GET", "/v1/models")
         m = json.loads(body)["data"][0]
-        assert (m["weight_dtype"], m["kv_dtype"]) == ("bf16", "fp16")
+        assert (m["weight_dtype"], m["kv_dtype"]) == (weights, "fp16")
         (build,) = srv.metrics()["ltm_build_info"].samples
         assert build.labels["layout"] == "tp1pp1"
-        assert (build.labels["weight_dtype"], build.labels["kv_dtype"]) == ("bf16", "fp16")
+        assert (build.labels["weight_dtype"], build.labels["kv_dtype"]) == (weights, "fp16")
+        out = srv.complete(model="small", prompt="hello", max_tokens=4, ignore_eos=True)
+        assert out["usage"]["completion_tokens"] == 4
 
 
 # ---- completions ------------------------------------------------------------------------------

@@ -34,13 +34,13 @@ def within(got, want, tolerance=0.05):
     return abs(got - want) <= tolerance * want
 
 
-@pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2)])
-def test_plan_matches_the_workers_memory_report(tp, pp):
-    expected = plan_json("--model", MODEL, "--device", "cpu", "-n", 2, "--weight-dtype", "bf16",
+@pytest.mark.parametrize("tp,pp,dtype", [(2, 1, "bf16"), (1, 2, "bf16"), (2, 1, "int8")])
+def test_plan_matches_the_workers_memory_report(tp, pp, dtype):
+    expected = plan_json("--model", MODEL, "--device", "cpu", "-n", 2, "--weight-dtype", dtype,
                          "--one-shot")
     layout = next(l for l in expected["layouts"] if l["tp"] == tp and l["pp"] == pp)
     out = generate_json(MODEL, prompt_ids=[1, 2, 3], max_new_tokens=2, ranks=2,
-                        extra=["--tp", tp, "--pp", pp, "--weight-dtype", "bf16", "--threads", "1"])
+                        extra=["--tp", tp, "--pp", pp, "--weight-dtype", dtype, "--threads", "1"])
     ranks = out["memory_per_rank_at_load"]
     assert len(ranks) == 2
     for rank, got in enumerate(ranks):

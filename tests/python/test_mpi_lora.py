@@ -119,3 +119,35 @@ def test_16_bit_weights_round_after_merging(setup, tmp_path):
           f"(which are {apart:.3g} apart)")
     assert got[False] < 1e-4 and got[True] < 1e-4, got
     assert apart > 10 * 1e-4, apart
+
+
+def test_int8_weights_keep_the_update_in_fp32(setup, tmp_path):
+    """--weight-dtype int8: unmerged quantizes W alone and adds the update in fp32 from the
+    unquantized input (the quantizing reference with the adapter); merged quantizes W + s A^T B^T
+    (the quantizing reference on the merged weights). Each is near its own reference (within a
+    quantization step where a value rounds the other way than in float64: measured 1e-6 unmerged,
+    0.058 merged, as in test_reference_model's int8 test) and far nearer to it than to the other
+    (0.42 apart)."""
+    lora = setup["adapters"]["all"]
+    unmerged_ref = Gpt2Reference(setup["weights"], setup["config"], lora=lora,
+                                 weight_round="int8").logits(PROMPT).numpy()
+    merged_w = dict(setup["weights"])
+    for name, (a, b) in lora.pairs.items():
+        w = merged_w[name + ".weight"].double()
+        merged_w[name + ".weight"] = (w + lora.scale * (a.double().T @ b.double().T)).float()
+    merged_ref = Gpt2Reference(merged_w, setup["config"],
+                               weight_round="int8").logits(PROMPT).numpy()
+    apart = np.abs(merged_ref - unmerged_ref).max()
+    got = {}
+    for merged, want, other in ((False, unmerged_ref, merged_ref), (True, merged_ref, unmerged_ref)):
+        npy = tmp_path / f"int8_{merged}.npy"
+        generate_json(setup["model"], prompt_ids=PROMPT, max_new_tokens=1, ranks=2,
+                      extra=["--tp", 2, "--weight-dtype", "int8", "--kv-dtype", "f32", "--threads",
+                             "1", "--dump-prompt-logits", npy, "--lora", f"all={setup['root'] / 'all'}",
+                             *(["--lora-merge"] if merged else ["--adapter", "all"])])
+        logits = np.load(npy)
+        got[merged] = (np.abs(logits - want).max(), np.abs(logits - other).max())
+    print(f"int8, tp 2: unmerged {got[False]}, merged {got[True]} from (their own, the other) "
+          f"reference (which are {apart:.3g} apart)")
+    for merged in (False, True):
+        assert got[merged][0] < 0.1 and got[merged][0] < got[merged][1] / 4, (merged, got)

@@ -1,0 +1,51 @@
+// Internal to kernels/cpu: the per-ISA bodies of int8_gemm (int8_gemm.h), chosen at run time in
+// int8_gemm.cpp. As isa_kernels.h: each ISA's functions live in its own namespace, compiled only
+// in that ISA's translation unit, and this header holds declarations only.
+#pragma once
+
+#include <cstdint>
+
+namespace ltm::kernels::cpu::int8 {
+
+// A [m, k] quantized per row and group of 32 (int8_gemm.h): q [m, groups * 32] (zero past k),
+// scale [m, groups] (fp32), sum [m, groups] (the sum of a group's q, for kernels that multiply
+// q by the weights' unsigned bytes q_w + 128 and take 128 * sum off).
+struct QuantRows {
+  const int8_t* q;
+  const float* scale;
+  const int32_t* sum;
+  int64_t groups;
+};
+
+#define LTM_DECLARE_INT8_KERNELS(ns)                                                             \
+  namespace ns {                                                                                 \
+  /* C[m, cols] = A @ P + beta * C for one panel P (int8_gemm.h layout) and rows [0, m) of A */ \
+  /* (a points at the first of them); only the first `cols` columns of C are written */         \
+  void panel_gemm(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t m,   \
+                  int64_t cols, float beta);                                                     \
+  }
+
+// One row of A quantized as int8_quantize_row does it, bit for bit (int8_gemm.h), plus each
+// group's sum: q gets groups * 32 values, scale and sum one per group. The portable path runs
+// int8_quantize_row itself (int8_gemm.cpp).
+#define LTM_DECLARE_INT8_QUANTIZE(ns)                                                            \
+  namespace ns {                                                                                 \
+  void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum);           \
+  }
+
+LTM_DECLARE_INT8_KERNELS(portable)
+#if defined(__x86_64__) || defined(__i386__)
+LTM_DECLARE_INT8_KERNELS(avx2)
+LTM_DECLARE_INT8_QUANTIZE(avx2)
+LTM_DECLARE_INT8_QUANTIZE(avx512)
+LTM_DECLARE_INT8_KERNELS(avx512)  // AVX-512 VNNI
+namespace avx512 {
+// One row of A (decode) times n_panels <= 4 consecutive panels (panel_bytes apart; C gets `cols`
+// <= 64 n_panels columns), streamed together: several sequential reads per core keep the memory
+// system busier than one.
+void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
+                 float* c, int64_t cols, float beta);
+}  // namespace avx512
+#endif
+
+}  // namespace ltm::kernels::cpu::int8

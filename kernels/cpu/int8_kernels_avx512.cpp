@@ -1,0 +1,182 @@
+// int8_gemm's panel kernel for AVX-512 VNNI (target flags: kernels/CMakeLists.txt): vpdpbusd
+// multiplies the weights' unsigned bytes (q_w + 128) by the activations' signed ones, four to a
+// 32-bit lane (one lane per column, int8_gemm.h's layout); each lane starts at -128 * (the group's
+// activation sum), so that it ends at the signed dot product. Include only int8_kernels.h and
+// intrinsics here (see isa_kernels.h why).
+#if defined(__x86_64__) || defined(__i386__)
+#if !(defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__FMA__))
+#error "int8_kernels_avx512.cpp needs -mavx512f -mavx512vnni -mfma (kernels/CMakeLists.txt)"
+#endif
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/int8_kernels.h"
+
+namespace ltm::kernels::cpu::int8::avx512 {
+namespace {
+
+constexpr int64_t kGroupBytes = 2176;
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Rows [0, R) of A (a points at the first) times one panel: C[R, cols] = A @ P + beta * C.
+template <int R>
+inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t cols,
+                 float beta) {
+  const int64_t groups = a.groups, kq = groups * 32;
+  __m512 acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* blk = panel + g * kGroupBytes;
+    __m512i is[R][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i init = _mm512_set1_epi32(-128 * a.sum[r * groups + g]);
+      for (int v = 0; v < 4; ++v) is[r][v] = init;
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const uint8_t* wq = blk + 128 + 256 * t;
+      const __m512i w0 = _mm512_loadu_si512(wq), w1 = _mm512_loadu_si512(wq + 64);
+      const __m512i w2 = _mm512_loadu_si512(wq + 128), w3 = _mm512_loadu_si512(wq + 192);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512i x = _mm512_set1_epi32(load_i32(a.q + r * kq + 32 * g + 4 * t));
+        is[r][0] = _mm512_dpbusd_epi32(is[r][0], w0, x);
+        is[r][1] = _mm512_dpbusd_epi32(is[r][1], w1, x);
+        is[r][2] = _mm512_dpbusd_epi32(is[r][2], w2, x);
+        is[r][3] = _mm512_dpbusd_epi32(is[r][3], w3, x);
+      }
+    }
+    __m512 sw[4];
+    for (int v = 0; v < 4; ++v)
+      sw[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v)));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 sa = _mm512_set1_ps(a.scale[r * groups + g]);
+      for (int v = 0; v < 4; ++v)
+        acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][v]), _mm512_mul_ps(sw[v], sa), acc[r][v]);
+    }
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    for (int v = 0; v < 4; ++v) {
+      const int64_t left = cols - 16 * v;
+      if (left <= 0) break;
+      const __mmask16 mk = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      __m512 out = acc[r][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, cr + 16 * v), out);
+      _mm512_mask_storeu_ps(cr + 16 * v, mk, out);
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* sum) {
+  // As int8_quantize_row: NaN lanes count as zero, the product a * (127 / amax) rounded to
+  // nearest even (vcvtps2dq under the default rounding) and clamped to +-127.
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const int64_t groups = (k + 31) / 32;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = k - 32 * g < 32 ? k - 32 * g : 32;
+    const __mmask16 m0 = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+    const __mmask16 m1 = rows >= 32 ? __mmask16(0xFFFF)
+                         : rows > 16 ? __mmask16((1u << (rows - 16)) - 1) : __mmask16(0);
+    __m512 v0 = _mm512_maskz_loadu_ps(m0, a + 32 * g), v1 = _mm512_maskz_loadu_ps(m1, a + 32 * g + 16);
+    v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, v0, _CMP_ORD_Q), v0);
+    v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, v1, _CMP_ORD_Q), v1);
+    const float amax = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scale[g] = amax / 127.0f;
+    const __m512 vi = _mm512_set1_ps(inv);
+    __m512 p0 = _mm512_mul_ps(v0, vi), p1 = _mm512_mul_ps(v1, vi);
+    p0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p0, p0, _CMP_ORD_Q), p0);  // inf * 0
+    p1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p1, p1, _CMP_ORD_Q), p1);
+    const __m512i q0 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(p0)));
+    const __m512i q1 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(p1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * g + 16), _mm512_cvtepi32_epi8(q1));
+    sum[g] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  }
+}
+
+void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
+                 float* c, int64_t cols, float beta) {
+  // Up to 4 panels, group by group: 4 sequential streams per core.
+  const int64_t groups = a.groups;
+  __m512 acc[4][4];
+  for (int p = 0; p < 4; ++p)
+    for (int v = 0; v < 4; ++v) acc[p][v] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512i init = _mm512_set1_epi32(-128 * a.sum[g]);
+    const __m512 sa = _mm512_set1_ps(a.scale[g]);
+    __m512i x[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) x[t] = _mm512_set1_epi32(load_i32(a.q + 32 * g + 4 * t));
+    for (int p = 0; p < n_panels; ++p) {
+      const uint8_t* blk = panels + p * panel_bytes + g * kGroupBytes;
+      __m512i is0 = init, is1 = init, is2 = init, is3 = init;
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const uint8_t* wq = blk + 128 + 256 * t;
+        is0 = _mm512_dpbusd_epi32(is0, _mm512_loadu_si512(wq), x[t]);
+        is1 = _mm512_dpbusd_epi32(is1, _mm512_loadu_si512(wq + 64), x[t]);
+        is2 = _mm512_dpbusd_epi32(is2, _mm512_loadu_si512(wq + 128), x[t]);
+        is3 = _mm512_dpbusd_epi32(is3, _mm512_loadu_si512(wq + 192), x[t]);
+      }
+      const __m512i is[4] = {is0, is1, is2, is3};
+      for (int v = 0; v < 4; ++v) {
+        const __m512 sw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v)));
+        acc[p][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[v]), _mm512_mul_ps(sw, sa), acc[p][v]);
+      }
+    }
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+  for (int p = 0; p < n_panels; ++p)
+    for (int v = 0; v < 4; ++v) {
+      const int64_t left = cols - 64 * p - 16 * v;
+      if (left <= 0) break;
+      const __mmask16 mk = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      float* cp = c + 64 * p + 16 * v;
+      __m512 out = acc[p][v];
+      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, cp), out);
+      _mm512_mask_storeu_ps(cp, mk, out);
+    }
+}
+
+void panel_gemm(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t m,
+                int64_t cols, float beta) {
+  constexpr int kRows = 4;
+  const int64_t kq = a.groups * 32;
+  int64_t r = 0;
+  for (; r + kRows <= m; r += kRows) {
+    const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
+    tile<kRows>(ar, panel, c + r * ldc, ldc, cols, beta);
+  }
+  const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
+  switch (m - r) {
+    case 3: tile<3>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    case 2: tile<2>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    case 1: tile<1>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    default: break;
+  }
+}
+
+}  // namespace ltm::kernels::cpu::int8::avx512
+#endif
