@@ -2,6 +2,8 @@
 // (Which block a sequence gets is rank 0's business: runtime/sched/block_allocator.h.)
 //
 // Storage (every rank): per local layer, K and V each [n_blocks, n_head_local, block_size, d_k]
+// (n_head_local: the rank's KV heads, Model::n_kv_head_local: fewer than its query heads under
+// grouped-query attention)
 // (device memory), elements of `precision` (f32, or bf16/fp16: half the bytes to read per
 // attention step and twice the tokens per megabyte). Which blocks a sequence uses is decided by the scheduler on rank 0 and sent in
 // every step plan as a block table, so all ranks agree without talking.
@@ -56,7 +58,7 @@ inline int32_t blocks_for(int64_t n_tokens, int32_t block_size) {
 // the plan and the worker's memory report show the same figure.
 struct KvSizing {
   int64_t n_layers_local = 0;  // layers of the largest stage (parallel::max_stage_layers)
-  int64_t n_head_local = 0;
+  int64_t n_head_local = 0;   // KV heads of the rank (Model::n_kv_head_local)
   int64_t head_dim = 0;
   int64_t n_positions = 0;     // the context length
   int32_t block_size = 16;

@@ -100,11 +100,13 @@ struct SpecOptions {
   // machine's arithmetic busy, and the drafts' rows would cost more than they save
   // (docs/benchmarks.md, "Speculative decoding", measures where).
   int32_t max_batch = 4;
-  // DraftLength's token_cost: > 0, this; 0 (the default), measured: with step seconds ~ a + b x
-  // tokens (the scheduler's StepCostModel, once it has timed enough steps; 0.1 before) and B
-  // sequences running, one more draft row costs b x B / (a + b x B) of a sequence-step, which
-  // tends to 1 as the batch grows, so drafts stop paying in big batches by this measure too.
-  double token_cost = 0;
+  // DraftLength's token_cost: > 0 (the default 0.1: a row of a small chunk against a decode
+  // step, as measured on models/kjv-small), this; 0, measured: with step seconds ~ a + b x tokens
+  // (the scheduler's StepCostModel, once it has timed enough steps; 0.1 before) and B sequences
+  // running, one more draft row costs b x B / (a + b x B) of a sequence-step, which tends to 1 as
+  // the batch grows. Not the default: on a shared machine a few descheduled steps throw the fit
+  // (and with it every draft length) far off.
+  double token_cost = 0.1;
   std::shared_ptr<Proposer> proposer;  // null: made from `mode` (kNgram: an NgramProposer)
 };
 

@@ -6,11 +6,15 @@ tokens: 12 query heads over 4 KV heads (head_dim given, rope_theta 500000, untie
 tp 4 and tp 2 x pp 2; a Qwen2-shaped model (q/k/v biases, tied head) with 8 query heads over 2 KV
 heads under tp 4 (KV heads replicated) and tp 2 x pp 2. Random weights from a config (--init
 random): each rank draws only its slices, so the layouts see one model. A tp that neither divides
-nor is a multiple of the KV heads is refused with a message naming them."""
+nor is a multiple of the KV heads is refused with a message naming them. A PEFT LoRA adapter on
+q/k/v/o/gate/up/down (applied as fused updates: q|k|v and gate|up) gives the one-rank tokens in
+every layout, unmerged and merged alike."""
 import json
 
 import pytest
+import torch
 
+from ltm_testing.checkpoint import write_safetensors
 from ltm_testing.worker import generate_json, run_worker
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 499,
@@ -35,6 +39,33 @@ def configs(tmp_path_factory):
     return paths
 
 
+def make_adapter(folder, shape, r=2, skip=("layers.1.self_attn.v_proj",)):
+    """A PEFT folder on every Llama module of every layer (but `skip`), rank r, alpha 2r."""
+    d, ff = shape["hidden_size"], shape["intermediate_size"]
+    hd = shape.get("head_dim", d // shape["num_attention_heads"])
+    q, kv = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
+    io = {"self_attn.q_proj": (d, q), "self_attn.k_proj": (d, kv), "self_attn.v_proj": (d, kv),
+          "self_attn.o_proj": (q, d), "mlp.gate_proj": (d, ff), "mlp.up_proj": (d, ff),
+          "mlp.down_proj": (ff, d)}
+    g = torch.Generator().manual_seed(11)
+    records = []
+    for layer in range(shape["num_hidden_layers"]):
+        for module, (n_in, n_out) in io.items():
+            if f"layers.{layer}.{module}" in skip:
+                continue
+            base = f"base_model.model.model.layers.{layer}.{module}"
+            for which, dims in (("A", (r, n_in)), ("B", (n_out, r))):
+                t = torch.randn(dims, generator=g) * 0.3
+                records.append((f"{base}.lora_{which}.weight", "F32", dims, t.numpy().tobytes()))
+    folder.mkdir()
+    write_safetensors(str(folder / "adapter_model.safetensors"), records)
+    (folder / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": r, "lora_alpha": 2 * r,
+         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                            "down_proj"]}))
+    return str(folder)
+
+
 def tokens(config, tp, pp, extra=()):
     out = generate_json(config, prompt_ids=[5, 17, 42, 7, 300, 11, 9, 250], max_new_tokens=20,
                         ranks=tp * pp,
@@ -57,6 +88,18 @@ def test_qwen2_kv_heads_replicated_when_tp_exceeds_them(configs):
     assert len(set(base)) > 4, base
     for tp, pp in [(4, 1), (2, 2)]:
         assert tokens(configs["qwen2"], tp, pp) == base, (tp, pp)
+
+
+def test_lora_on_every_module_in_every_layout(configs, tmp_path):
+    # Llama: KV heads split (tp 2) with a pipeline; Qwen2: KV heads replicated (tp 4).
+    for name, shape, (tp, pp) in (("llama", LLAMA, (2, 2)), ("qwen2", QWEN2, (4, 1))):
+        adapter = make_adapter(tmp_path / name, shape)
+        unmerged = ["--lora", f"a={adapter}", "--adapter", "a"]
+        want = tokens(configs[name], 1, 1, unmerged)
+        assert tokens(configs[name], tp, pp, unmerged) == want, (name, tp, pp)
+        if name == "llama":
+            assert want != tokens(configs[name], 1, 1), name  # the update matters
+            assert tokens(configs[name], 1, 1, ["--lora", f"a={adapter}", "--lora-merge"]) == want
 
 
 def test_emulated_device_with_decode_graphs_gives_the_cpus_tokens(configs):
