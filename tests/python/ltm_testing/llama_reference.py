@@ -69,11 +69,13 @@ class LlamaReference:
     def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
                  dtype: torch.dtype = torch.float64, weight_round: Optional[torch.dtype] = None,
                  kv_round: Optional[torch.dtype] = None, rope: bool = True,
-                 kv_map: Optional[str] = None):
+                 kv_map: Optional[str] = None, act_round: Optional[torch.dtype] = None):
         """weights: names without "model." (ltm_testing.llama_checkpoint.load_llama_checkpoint).
         weight_round: round the weight matrices (and embedding / head) to this dtype first, what a
         runtime holding 16-bit weights computes with; norms and biases stay.
         kv_round: round K and V to this dtype before attention (a 16-bit KV cache).
+        act_round: round the inputs of the projections and the head to this dtype when 16 or
+        more positions are computed together (a CPU's bf16 dot-product GEMMs in prefill).
         rope=False and kv_map="modulo" (query head j reads KV head j % n_kv_head) build
         deliberately wrong models, to show that a test would see the difference."""
         if config.get("model_type") == "mistral" and config.get("sliding_window") is not None:
@@ -96,6 +98,7 @@ class LlamaReference:
         self.o_bias = has_o_bias(config)
         self.inv_freq = rope_inv_freq(config) if rope else None
         self.kv_map = kv_map
+        self.act_round = act_round
         head = "lm_head.weight"
         self.head = self.w[head] if head in self.w and not config.get(
             "tie_word_embeddings", False) else self.w["embed_tokens.weight"]
@@ -105,8 +108,13 @@ class LlamaReference:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.eps) * self.w[name + ".weight"]
 
+    def _round_rows(self, x):
+        if self.act_round is not None and x.shape[0] >= 16:
+            return x.to(self.act_round).to(self.dtype)
+        return x
+
     def _linear(self, x, name, bias):
-        y = x @ self.w[name + ".weight"].T
+        y = self._round_rows(x) @ self.w[name + ".weight"].T
         return y + self.w[name + ".bias"] if bias else y
 
     def _rope(self, v, n):
@@ -150,7 +158,7 @@ class LlamaReference:
             gate = self._linear(m, p + "mlp.gate_proj", False)
             up = self._linear(m, p + "mlp.up_proj", False)
             x = x + self._linear(torch.nn.functional.silu(gate) * up, p + "mlp.down_proj", False)
-        return self._norm(x, "norm") @ self.head.T
+        return self._round_rows(self._norm(x, "norm")) @ self.head.T
 
     def greedy(self, ids: List[int], n_new: int, eos: Optional[int] = None) -> List[int]:
         return greedy(self.logits, ids, n_new, eos)
