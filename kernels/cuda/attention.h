@@ -1,10 +1,12 @@
 // Causal multi-head attention over a paged KV cache, on the GPU (the kernels/cpu/attention.h ops).
 //
-// Cache layout, per layer, for K and V each: [n_blocks, n_head, block_size, head_dim].
+// Cache layout, per layer, for K and V each: [n_blocks, n_kv_head, block_size, head_dim].
 // Batch rows: sequence s owns rows [token_offsets[s], token_offsets[s+1]) of qkv/out; its
 // context (cached tokens after this step's kv_cache_write) is context_lens[s]; its row i is at
 // position context_lens[s] - n_new + i and attends to positions 0 .. that position.
-// qkv rows: [n_tokens, 3 * n_head * head_dim] = Q | K | V, each split per head in head_dim columns.
+// qkv rows: [n_tokens, (n_head + 2 n_kv_head) * head_dim] = Q | K | V, each split per head in
+// head_dim columns. Grouped-query attention (the Llama family's, as kernels/cpu/attention.h):
+// query head h reads KV head h / (n_head / n_kv_head); n_kv_head 0 means n_head.
 //
 // Two kernels, chosen per sequence:
 //  - decode (a sequence with one new row): one thread block per (sequence, head,
@@ -40,6 +42,7 @@ namespace ltm::kernels::cuda {
 struct PagedAttentionShape {
   int n_seqs = 0;
   int n_head = 0;
+  int n_kv_head = 0;  // KV heads (grouped-query attention; divides n_head); 0: n_head
   int head_dim = 0;
   int block_size = 0;
   int max_blocks_per_seq = 0;
@@ -55,11 +58,12 @@ struct PagedAttentionShape {
 // Keys one decode thread block covers; longer contexts are split and merged.
 inline constexpr int kDecodePartitionTokens = 512;
 
-// Writes K and V of each new token into its cache slot (slot = block * block_size + offset).
-// A negative slot (a padding row) is skipped. qkv holds elements of `act`, the caches of `kv`.
+// Writes K and V (n_kv_head heads each; 0: n_head) of each new token into its cache slot (slot =
+// block * block_size + offset). A negative slot (a padding row) is skipped. qkv holds elements of
+// `act`, the caches of `kv`.
 void kv_cache_write(const void* qkv, ElemType act, const int32_t* slot_mapping, int64_t n_tokens,
-                    int n_head, int head_dim, int block_size, void* k_cache, void* v_cache,
-                    ElemType kv, cudaStream_t stream);
+                    int n_head, int n_kv_head, int head_dim, int block_size, void* k_cache,
+                    void* v_cache, ElemType kv, cudaStream_t stream);
 
 // Scratch paged_attention needs for `shape` (0 when the decode context fits one partition).
 // Depends only on n_seqs, n_head, head_dim, block_size and max_context_len.

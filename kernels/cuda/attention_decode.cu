@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   float* warp_l = warp_m + kWarps;                                       // [kWarps]
   float* scores = warp_l + kWarps;                                       // [kWarps][block_size]
 
-  const int64_t row_floats = static_cast<int64_t>(p.n_head) * p.head_dim;
-  const int64_t q_src = static_cast<int64_t>(row) * 3 * row_floats +
+  const int64_t q_src = static_cast<int64_t>(row) * p.qkv_stride +
                         static_cast<int64_t>(head) * p.head_dim;  // elements of p.act
   for (int i = threadIdx.x; i < n_vec; i += blockDim.x)
     q_s[i] = scale_v(ActIo<kVec>::load(p.qkv, q_src + i * kVec, p.act), p.scale);
@@ -155,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   const int last_block = (key_end - 1) / p.block_size;
   for (int b = first_block + warp; b <= last_block; b += kWarps) {
     const int64_t base =
-        (static_cast<int64_t>(table[b]) * p.n_head + head) * p.block_size * p.head_dim;
+        (static_cast<int64_t>(table[b]) * p.n_kv_head + head / p.kv_group) * p.block_size *
+        p.head_dim;
     const C* k_block = static_cast<const C*>(p.k_cache) + base;
     const C* v_block = static_cast<const C*>(p.v_cache) + base;
     const int n_keys = min(p.block_size, key_end - b * p.block_size);
@@ -237,7 +237,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   if (p.n_partitions == 1) {
     const float inv_l = 1.0f / l_all;
     const int64_t out0 =
-        static_cast<int64_t>(row) * row_floats + static_cast<int64_t>(head) * p.head_dim;
+        static_cast<int64_t>(row) * p.n_head * p.head_dim +  // out rows: n_head heads
+        static_cast<int64_t>(head) * p.head_dim;
     for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
       V o;
       zero_v(o);

@@ -10,14 +10,17 @@ namespace ltm::kernels::cuda::detail {
 
 // What both attention kernels read (passed to them by value): the batch layout and the cache.
 struct PagedParams {
-  const void* qkv;      // [n_tokens, 3 * n_head * head_dim] of `act`
-  const void* k_cache;  // [n_blocks, n_head, block_size, head_dim] of the kernel's cache type
+  const void* qkv;      // [n_tokens, (n_head + 2 n_kv_head) * head_dim] of `act`
+  const void* k_cache;  // [n_blocks, n_kv_head, block_size, head_dim] of the kernel's cache type
   const void* v_cache;
   void* out;            // [n_tokens, n_head * head_dim] of `act`
   const int32_t* token_offsets;
   const int32_t* context_lens;
   const int32_t* block_tables;
   int n_head;
+  int n_kv_head;  // resolved: n_head when the shape's is 0
+  int kv_group;   // query heads per KV head: head h reads KV head h / kv_group
+  int64_t qkv_stride;  // elements per qkv row: (n_head + 2 n_kv_head) * head_dim
   int head_dim;
   int block_size;
   int max_blocks_per_seq;
@@ -27,8 +30,11 @@ struct PagedParams {
 
 inline PagedParams paged_params(const PagedAttentionShape& s, const void* qkv,
                                 const void* k_cache, const void* v_cache, void* out) {
+  const int n_kv = s.n_kv_head > 0 ? s.n_kv_head : s.n_head;
   return PagedParams{qkv, k_cache, v_cache, out, s.token_offsets, s.context_lens, s.block_tables,
-                     s.n_head, s.head_dim, s.block_size, s.max_blocks_per_seq,
+                     s.n_head, n_kv, s.n_head / n_kv,
+                     static_cast<int64_t>(s.n_head + 2 * n_kv) * s.head_dim, s.head_dim,
+                     s.block_size, s.max_blocks_per_seq,
                      1.0f / std::sqrt(static_cast<float>(s.head_dim)), s.act};
 }
 

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
   const int tid = threadIdx.x;
   const int ty = tid / kThreadsPerRow;  // rows ty * 4 .. ty * 4 + 3
   const int tx = tid % kThreadsPerRow;  // keys tx, tx + 16; float4 columns tx, tx + 16, ...
-  const int64_t qkv_stride = 3LL * p.n_head * p.head_dim;
+  const int64_t qkv_stride = p.qkv_stride;
   const int64_t out_stride = static_cast<int64_t>(p.n_head) * p.head_dim;
 
   // Q tile, pre-scaled; rows past the sequence's new rows are zeros (their results are dropped).
@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(kThreads) paged_prefill_kernel(const PrefillPa
     if (tid < kTileK) {
       const int key = k0 + tid;
       key_base[tid] =
-          key < n_keys ? ((static_cast<int64_t>(table[key / p.block_size]) * p.n_head + head) *
+          key < n_keys ? ((static_cast<int64_t>(table[key / p.block_size]) * p.n_kv_head +
+                           head / p.kv_group) *
                               p.block_size +
                           key % p.block_size) *
                              p.head_dim

@@ -26,6 +26,19 @@ sample_rows_kernel(SampleRowsArgs a, int32_t first_row, char* workspace, size_t 
   sample_row(a, first_row + static_cast<int32_t>(blockIdx.x), ws, sh);
 }
 
+__global__ void __launch_bounds__(kThreads)
+select_candidates_kernel(CandidateRowsArgs a, int32_t first_row, char* workspace,
+                         size_t slot_bytes, size_t keys_offset, size_t lanes_offset,
+                         size_t sums_offset) {
+  __shared__ Shared sh;
+  char* slot = workspace + blockIdx.x * slot_bytes;
+  const RowWorkspace ws{reinterpret_cast<float*>(slot),
+                        reinterpret_cast<int32_t*>(slot + keys_offset),
+                        reinterpret_cast<double*>(slot + lanes_offset),
+                        reinterpret_cast<double*>(slot + sums_offset)};
+  local_candidates(a, first_row + static_cast<int32_t>(blockIdx.x), ws, sh);
+}
+
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 struct Layout {
@@ -65,6 +78,28 @@ void sample_rows(const SampleRowsArgs& args, void* workspace, size_t workspace_b
     sample_rows_kernel<<<rows, kThreads, 0, stream>>>(args, first, static_cast<char*>(workspace),
                                                       l.slot_bytes, l.keys_offset,
                                                       l.lanes_offset, l.sums_offset);
+    LTM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace ltm::kernels::cuda
+
+namespace ltm::kernels::cuda {
+
+void select_candidates(const CandidateRowsArgs& args, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream) {
+  if (args.rows <= 0) return;
+  LTM_KERNEL_ASSERT(args.valid >= 0 && args.valid <= INT32_MAX / 2 && args.stride >= args.valid,
+                    "select_candidates: valid %lld, stride %lld",
+                    static_cast<long long>(args.valid), static_cast<long long>(args.stride));
+  LTM_KERNEL_ASSERT(workspace_bytes >= sample_rows_workspace_bytes(args.valid, args.rows),
+                    "select_candidates: workspace of %zu bytes", workspace_bytes);
+  const Layout l = layout(args.valid > 0 ? args.valid : 1);
+  for (int32_t first = 0; first < args.rows; first += kRowsPerLaunch) {
+    const int32_t rows = std::min(kRowsPerLaunch, args.rows - first);
+    select_candidates_kernel<<<rows, kThreads, 0, stream>>>(
+        args, first, static_cast<char*>(workspace), args.valid > 0 ? l.slot_bytes : 0,
+        l.keys_offset, l.lanes_offset, l.sums_offset);
     LTM_CUDA_CHECK_LAUNCH();
   }
 }

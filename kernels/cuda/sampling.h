@@ -42,4 +42,12 @@ size_t sample_rows_workspace_bytes(int64_t vocab, int32_t rows);
 void sample_rows(const SampleRowsArgs& args, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream);
 
+// Every row's candidates from this rank's vocab slice (CandidateRowsArgs,
+// runtime/sampling/sample_rows.h) as select_candidates_host writes them (the CPU twin): one block
+// per row runs sampling_row.h's local_candidates (the host's name), with the same penalty, order
+// keys, bad-slice rule and normalizer sum as the sampler above, and the top-k set by the same
+// radix select. `workspace` holds at least sample_rows_workspace_bytes(args.valid, args.rows).
+void select_candidates(const CandidateRowsArgs& args, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
+
 }  // namespace ltm::kernels::cuda

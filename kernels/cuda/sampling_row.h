@@ -311,26 +311,25 @@ LTM_SAMPLING_DEVICE void sort_desc(int32_t* keys, int32_t n, Shared& sh) {
   }
 }
 
-// The k largest values of v[0, n) as keys, sorted descending, into keys[0, k): a radix select
-// of the k-th largest key (4 passes of 8 bits), then every key above it and as many copies of
-// it as the k-th needs, then the sort.
-LTM_SAMPLING_DEVICE void top_k_sorted(const float* v, int32_t n, int32_t k, int32_t* keys,
-                                      Shared& sh) {
-  if (k == n) {
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) keys[i] = order_key(v[i]);
-    __syncthreads();
-    sort_desc(keys, n, sh);
-    return;
-  }
-  // Unsigned keys, ascending with the float order.
-  const auto ukey = [](float f) { return static_cast<uint32_t>(order_key(f)) ^ 0x80000000u; };
+// Unsigned keys, ascending with the float order; with merge_zeros -0 has +0's key (the host's
+// candidate order compares floats, where -0 == +0 and the lower id wins).
+LTM_SAMPLING_DEVICE uint32_t unsigned_key(float f, bool merge_zeros = false) {
+  if (merge_zeros && f == 0.0f) f = 0.0f;
+  return static_cast<uint32_t>(order_key(f)) ^ 0x80000000u;
+}
+
+// The k-th largest key of v[0, n) (0 < k < n), by a radix select (4 passes of 8 bits): *kth is
+// its unsigned key, and *take how many entries equal to it complete the k (the rest of the k are
+// above it). Every thread gets both.
+LTM_SAMPLING_DEVICE void radix_select(const float* v, int32_t n, int32_t k, uint32_t* kth,
+                                      int32_t* take, Shared& sh, bool merge_zeros = false) {
   uint32_t prefix = 0, mask = 0;
   int32_t remaining = k;  // how many of the keys matching `prefix` are still to take
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int32_t d = threadIdx.x; d < 256; d += kThreads) sh.hist[d] = 0;
     __syncthreads();
     for (int32_t i = threadIdx.x; i < n; i += kThreads) {
-      const uint32_t u = ukey(v[i]);
+      const uint32_t u = unsigned_key(v[i], merge_zeros);
       if ((u & mask) == prefix) atomicAdd(&sh.hist[(u >> shift) & 0xFF], 1);
     }
     __syncthreads();
@@ -346,11 +345,28 @@ LTM_SAMPLING_DEVICE void top_k_sorted(const float* v, int32_t n, int32_t k, int3
     remaining = sh.count;
     __syncthreads();
   }
+  *kth = prefix;
+  *take = remaining;
+}
+
+// The k largest values of v[0, n) as keys, sorted descending, into keys[0, k): radix_select,
+// then every key above the k-th and as many copies of it as the k need, then the sort.
+LTM_SAMPLING_DEVICE void top_k_sorted(const float* v, int32_t n, int32_t k, int32_t* keys,
+                                      Shared& sh) {
+  if (k == n) {
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) keys[i] = order_key(v[i]);
+    __syncthreads();
+    sort_desc(keys, n, sh);
+    return;
+  }
+  uint32_t prefix;
+  int32_t remaining;
+  radix_select(v, n, k, &prefix, &remaining, sh);
   // prefix: the k-th largest key; `remaining` copies of it complete the k.
   if (threadIdx.x == 0) sh.count = 0;
   __syncthreads();
   for (int32_t i = threadIdx.x; i < n; i += kThreads) {
-    const uint32_t u = ukey(v[i]);
+    const uint32_t u = unsigned_key(v[i]);
     if (u > prefix) keys[atomicAdd(&sh.count, 1)] = order_key(v[i]);
   }
   __syncthreads();
@@ -545,6 +561,108 @@ LTM_SAMPLING_DEVICE void sample_row(const SampleRowsArgs& a, int32_t r, RowWorks
       a.logprobs[r] =
           static_cast<float>(static_cast<double>((v[id] - m) / t) - LTM_SAMPLING_LOG(z));
   }
+}
+
+
+// ---- One row's candidates (tp > 1) --------------------------------------------------------------
+
+// local_candidates (runtime/sampling/sampler.cpp) on row r of `a`, written as
+// select_candidates_host writes it (runtime/sampling/sample_rows.h): the penalized slice, its max
+// (or NaN / +inf for a bad slice, with no entries), its normalizer summed as the host sums it,
+// and the greedy argmax, the top-k pairs (the canonical set: ties at the k-th value go to the
+// lower ids; in id order, the ones above the k-th first) or the whole penalized slice.
+LTM_SAMPLING_DEVICE void local_candidates(const CandidateRowsArgs& a, int32_t r, RowWorkspace ws,
+                                          Shared& sh) {
+  const int32_t n = static_cast<int32_t>(a.valid);
+  const SampleRowParams p = a.params[r];
+  const float* logits = a.logits + static_cast<int64_t>(r) * a.stride;
+  unsigned char* base = static_cast<unsigned char*>(a.out);
+  CandidateRowHeader* header = reinterpret_cast<CandidateRowHeader*>(base) + r;
+  unsigned char* entries = base + sizeof(CandidateRowHeader) * a.rows +
+                           candidate_row_offset(a.params, r, a.valid);
+  const float neg_inf_f = __int_as_float(static_cast<int32_t>(0xFF800000u));
+  if (n == 0) {
+    if (threadIdx.x == 0) *header = CandidateRowHeader{neg_inf_f, 0, 0.0};
+    return;
+  }
+
+  // Repetition penalty on this slice's ids (global ids: id - id_begin).
+  float* v = ws.v;
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) v[i] = logits[i];
+  __syncthreads();
+  if (p.repetition_penalty != 1.0f && p.history_count > 0) {
+    const int32_t* history = a.history + p.history_offset;
+    for (int32_t j = threadIdx.x; j < p.history_count; j += kThreads) {
+      const int64_t local = static_cast<int64_t>(history[j]) - a.id_begin;
+      if (local >= 0 && local < n) v[local] = penalize(logits[local], p.repetition_penalty);
+    }
+    __syncthreads();
+  }
+
+  // The slice's max, or why it is bad (a slice of -inf only is not: another holds the mass).
+  int32_t hi = INT32_MIN, lo = INT32_MAX;
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) {
+    const int32_t k = order_key(v[i]);
+    hi = max(hi, k);
+    lo = min(lo, k);
+  }
+  hi = block_max(hi, sh);
+  lo = block_min(lo, sh);
+  const int32_t pos_inf = order_key(__int_as_float(0x7F800000));
+  const int32_t neg_inf = order_key(neg_inf_f);
+  if (hi > pos_inf || lo < neg_inf || hi == pos_inf) {
+    const int64_t room = candidate_row_bytes(p, a.valid);  // zeros, as the host's
+    for (int64_t i = threadIdx.x; i < room; i += kThreads) entries[i] = 0;
+    if (threadIdx.x == 0)
+      *header = CandidateRowHeader{hi == pos_inf && lo >= neg_inf ? __int_as_float(0x7F800000)
+                                                                  : __int_as_float(0x7FC00000),
+                                   0, 0.0};
+    return;
+  }
+  const float m = from_order_key(hi);
+  const bool greedy = p.temperature == 0.0f;
+  const float t = greedy ? 1.0f : p.temperature;
+  const double z = hi > neg_inf ? sum_exp(FloatRow{v}, n, m, t, ws.lanes, ws.sums, sh) : 0.0;
+
+  int32_t count;
+  if (greedy) {
+    int32_t first = INT32_MAX;
+    for (int32_t i = threadIdx.x; i < n; i += kThreads)
+      if (v[i] == m) first = min(first, i);
+    const int32_t id = block_min(first, sh);
+    if (threadIdx.x == 0) {
+      const CandidateEntry e{a.id_begin + id, v[id]};
+      *reinterpret_cast<CandidateEntry*>(entries) = e;
+    }
+    count = 1;
+  } else if (candidate_row_pairs(p, a.valid)) {
+    const int32_t k = min(p.top_k, n);  // < n / 2 here
+    uint32_t kth;
+    int32_t take;
+    radix_select(v, n, k, &kth, &take, sh, /*merge_zeros=*/true);
+    CandidateEntry* out = reinterpret_cast<CandidateEntry*>(entries);
+    int32_t above_done = 0, equal_done = 0;
+    for (int32_t base_i = 0; base_i < n; base_i += kThreads) {
+      const int32_t i = base_i + threadIdx.x;
+      const uint32_t u = i < n ? unsigned_key(v[i], /*merge_zeros=*/true) : 0u;
+      int32_t above_total, equal_total;
+      const int32_t above_before = block_exclusive_scan(i < n && u > kth, sh, &above_total);
+      const int32_t equal_before = block_exclusive_scan(i < n && u == kth, sh, &equal_total);
+      if (i < n && u > kth) out[above_done + above_before] = CandidateEntry{a.id_begin + i, v[i]};
+      if (i < n && u == kth && equal_done + equal_before < take)
+        out[k - take + equal_done + equal_before] = CandidateEntry{a.id_begin + i, v[i]};
+      above_done += above_total;
+      equal_done += equal_total;
+    }
+    count = k;
+  } else {
+    float* out = reinterpret_cast<float*>(entries);
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) out[i] = v[i];
+    if (threadIdx.x == 0 && n % 2 == 1) out[n] = 0.0f;  // the padding to 8 bytes, as the host's
+    count = n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *header = CandidateRowHeader{m, count, z};
 }
 
 }  // namespace

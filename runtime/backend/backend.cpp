@@ -193,6 +193,38 @@ void Backend::sample_rows(const SampleRowsArgs& a) {
   synchronize();  // the host vectors go out of scope
 }
 
+void Backend::select_candidates(const CandidateRowsArgs& a) {
+  if (a.rows <= 0) return;
+  std::vector<unsigned char> params_bytes, logits_bytes, history_bytes;
+  const size_t m = static_cast<size_t>(a.rows);
+  const auto* params = static_cast<const SampleRowParams*>(
+      read_on_host(a.params, m * sizeof(SampleRowParams), params_bytes));
+  std::vector<SampleRowParams> host_params(params, params + m);
+  int64_t history = 0;
+  for (const SampleRowParams& p : host_params)
+    if (p.history_count > 0)
+      history = std::max<int64_t>(history, int64_t{p.history_offset} + p.history_count);
+  CandidateRowsArgs h = a;
+  h.params = host_params.data();
+  const size_t logit_floats = (m - 1) * static_cast<size_t>(a.stride) + a.valid;
+  std::vector<float> logits(logit_floats);
+  std::memcpy(logits.data(), read_on_host(a.logits, logit_floats * sizeof(float), logits_bytes),
+              logit_floats * sizeof(float));
+  h.logits = logits.data();
+  std::vector<int32_t> ids(static_cast<size_t>(history));
+  if (history > 0) {
+    std::memcpy(ids.data(), read_on_host(a.history, ids.size() * 4, history_bytes),
+                ids.size() * 4);
+    h.history = ids.data();
+  }
+  std::vector<unsigned char> out(
+      static_cast<size_t>(candidate_rows_bytes(host_params.data(), a.rows, a.valid)));
+  h.out = out.data();
+  select_candidates_host(h, host_threads());
+  copy_to_device(a.out, out.data(), out.size());
+  synchronize();  // the host vectors go out of scope
+}
+
 std::unique_ptr<BackendGraph> Backend::capture(const std::function<void()>&) {
   LTM_ASSERT(false, "capture() on ", describe(), ", which has no graphs (supports_graphs())");
   return nullptr;

@@ -235,6 +235,14 @@ class Backend {
   // sampler in place, the emulated device does so when its stream gets there, and the CUDA
   // backend runs kernels/cuda/sampling.h.
   virtual void sample_rows(const SampleRowsArgs& args);
+  // A tp > 1 last stage's rank: every row's candidates from this rank's vocab slice
+  // (CandidateRowsArgs in runtime/sampling/sample_rows.h: local_candidates' set, as pairs or the
+  // penalized slice) where the logits lie, in stream order; `out` is readable on the host after
+  // read_on_host, so a step copies back candidates, not [rows, vocab / tp] logits. The default
+  // copies the inputs to the host, runs select_candidates_host and copies the result back; the
+  // CPU backend runs it in place, the emulated device when its stream gets there, and the CUDA
+  // backend runs kernels/cuda/sampling.h.
+  virtual void select_candidates(const CandidateRowsArgs& args);
 
   // --- ops (float32) ---
   // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).

@@ -26,6 +26,9 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
   const void* stage_bytes(const void* host, size_t, DeviceBuffer&) override { return host; }
   // The host sampler on the logits in place, rows over this backend's threads.
   void sample_rows(const SampleRowsArgs& args) override { sample_rows_host(args, n_threads_); }
+  void select_candidates(const CandidateRowsArgs& args) override {
+    select_candidates_host(args, n_threads_);
+  }
   const void* read_on_host(const void* src, size_t, std::vector<unsigned char>&) override {
     synchronize();
     return src;

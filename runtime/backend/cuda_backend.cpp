@@ -59,6 +59,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_graph.h"
@@ -469,6 +470,49 @@ class CudaBackend final : public Backend {
     kernels::cuda::add_bias_residual_layer_norm(x, residual, bias, gamma, beta, y.data,
                                                 elem_type(y.type), rows, cols, eps, ctx_->stream);
   }
+  // --- the Llama family (kernels/cuda/llama_ops.h; grouped-query attention in attention.h) ---
+  bool supports_llama() const override { return true; }
+  void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                float eps) override {
+    rms_norm_act(x, w, y, rows, cols, eps);
+  }
+  void add_residual_rms_norm(float* x, const float* residual, const float* bias, const float* w,
+                             float* y, int64_t rows, int64_t cols, float eps) override {
+    add_residual_rms_norm_act(x, residual, bias, w, y, rows, cols, eps);
+  }
+  void rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+            int64_t n_heads, int64_t row_stride, int64_t head_dim) override {
+    rope_act(x, positions, inv_freq, n_tokens, n_heads, row_stride, head_dim);
+  }
+  void silu_mul(const float* gate_up, float* out, int64_t rows, int64_t cols) override {
+    silu_mul_act(Act(const_cast<float*>(gate_up)), out, rows, cols);
+  }
+  void rms_norm_act(const float* x, const float* w, Act y, int64_t rows, int64_t cols,
+                    float eps) override {
+    use_device(device_);
+    kernels::cuda::rms_norm(x, w, y.data, elem_type(y.type), rows, cols, eps, ctx_->stream);
+  }
+  void add_residual_rms_norm_act(float* x, const float* residual, const float* bias,
+                                 const float* w, Act y, int64_t rows, int64_t cols,
+                                 float eps) override {
+    use_device(device_);
+    kernels::cuda::add_residual_rms_norm(x, residual, bias, w, y.data, elem_type(y.type), rows,
+                                         cols, eps, ctx_->stream);
+  }
+  void rope_act(Act x, const int32_t* positions, const float* inv_freq, int64_t n_tokens,
+                int64_t n_heads, int64_t row_stride, int64_t head_dim) override {
+    use_device(device_);
+    kernels::cuda::rope(x.data, elem_type(x.type), positions, inv_freq, n_tokens, n_heads,
+                        row_stride, head_dim, ctx_->stream);
+  }
+  void silu_mul_act(Act gate_up, Act out, int64_t rows, int64_t cols) override {
+    LTM_ASSERT(gate_up.type == out.type, "silu_mul: ", precision_name(gate_up.type), " in, ",
+               precision_name(out.type), " out");
+    use_device(device_);
+    kernels::cuda::silu_mul(gate_up.data, out.data, elem_type(out.type), rows, cols,
+                            ctx_->stream);
+  }
+
   void add_bias_act(Act x, const float* bias, int64_t rows, int64_t cols) override {
     use_device(device_);
     kernels::cuda::add_bias(x.data, elem_type(x.type), bias, rows, cols, ctx_->stream);
@@ -504,6 +548,7 @@ class CudaBackend final : public Backend {
                       void* v_cache) override {
     use_device(device_);
     kernels::cuda::kv_cache_write(qkv, elem_type(a.act), a.slot_mapping, a.n_tokens, a.n_head,
+                                  a.n_kv_head,
                                   a.head_dim, a.block_size, k_cache, v_cache, elem_type(a.kv),
                                   ctx_->stream);
   }
@@ -518,6 +563,17 @@ class CudaBackend final : public Backend {
                                ctx_->stream);
   }
 
+  // tp > 1: this rank's candidates of every row (kernels/cuda/sampling.h), in the sampler's
+  // workspace.
+  void select_candidates(const CandidateRowsArgs& a) override {
+    if (a.rows <= 0) return;
+    use_device(device_);
+    const size_t need = kernels::cuda::sample_rows_workspace_bytes(a.valid, a.rows);
+    if (need > sample_workspace_.bytes()) sample_workspace_ = alloc(need);
+    kernels::cuda::select_candidates(a, sample_workspace_.data(), sample_workspace_.bytes(),
+                                     ctx_->stream);
+  }
+
   void paged_attention(const AttentionArgs& a, const void* qkv, const void* k_cache,
                        const void* v_cache, void* out) override {
     if (a.n_tokens == 0) return;
@@ -530,6 +586,7 @@ class CudaBackend final : public Backend {
     kernels::cuda::PagedAttentionShape shape;
     shape.n_seqs = a.n_seqs;
     shape.n_head = a.n_head;
+    shape.n_kv_head = a.n_kv_head;
     shape.head_dim = a.head_dim;
     shape.block_size = a.block_size;
     shape.max_blocks_per_seq = a.max_blocks_per_seq;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -224,6 +225,12 @@ void DevsimBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) 
              " bytes), which is not device memory of the emulated device");
   ++copies_.d2h;
   copies_.d2h_bytes += bytes;
+  static const char* max_env = std::getenv("LTM_DEVSIM_MAX_COPY_BACK");
+  if (max_env != nullptr) {
+    const unsigned long long most = std::strtoull(max_env, nullptr, 10);
+    LTM_ASSERT(bytes <= most, "devsim: copy_to_host of ", bytes,
+               " bytes, more than LTM_DEVSIM_MAX_COPY_BACK=", most);
+  }
   LTM_ASSERT(!owns(host_dst, 1), "devsim: copy_to_host into device memory ", addr(host_dst));
   poison(host_dst, bytes);  // what the host sees until the stream gets there
   enqueue([host_dst, src, bytes] { std::memcpy(host_dst, src, bytes); });
@@ -404,6 +411,16 @@ void DevsimBackend::sample_rows(const SampleRowsArgs& args) {
   check(args.logprobs, "sample_rows");
   Backend* in = inner_.get();
   enqueue([=] { in->sample_rows(args); });
+}
+
+void DevsimBackend::select_candidates(const CandidateRowsArgs& args) {
+  if (args.rows <= 0) return;
+  check(args.logits, "select_candidates");
+  check(args.params, "select_candidates");
+  check(args.history, "select_candidates");
+  check(args.out, "select_candidates");
+  Backend* in = inner_.get();
+  enqueue([=] { in->select_candidates(args); });
 }
 
 std::unique_ptr<Backend> make_devsim_backend(int n_threads) {

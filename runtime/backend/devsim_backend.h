@@ -14,8 +14,12 @@
 //     lands only when the stream reaches it, so a host that reads before synchronize() sees the
 //     poison, not the answer (a sampler turns NaN logits into a failed row, loudly; NaN bits
 //     read as a token id are an id far outside any vocab, which the engine refuses);
-//   - sampling on the device: sample_rows runs the host sampler on device buffers in stream
-//     order, so the engine's device sampling path (ids copied back, not logits) runs in CI;
+//   - sampling on the device: sample_rows runs the host sampler, and select_candidates the host's
+//     candidate selection (tp > 1), on device buffers in stream order, so the engine's device
+//     sampling paths (ids or candidates copied back, not logits) run in CI;
+//   - a bound on what comes back: with LTM_DEVSIM_MAX_COPY_BACK=N in the environment, a
+//     copy_to_host of more than N bytes aborts naming its size (tests prove a step copies back
+//     ids or candidates, not logits);
 //   - graphs (capture/replay, as CUDA graphs): capture() runs the ops once as usual, then
 //     records them instead of queueing them (each op's closure holds the pointers and host
 //     scalars it was given, as a CUDA graph's nodes do) together with every device pointer they
@@ -126,6 +130,8 @@ class DevsimBackend final : public Backend {
   // The host sampler (the CPU backend's op) on device buffers, when the stream gets there: the
   // tokens read before synchronize() are poison (NaN bits, 0x7FC00000 as an id).
   void sample_rows(const SampleRowsArgs& args) override;
+  // The host's candidate selection (the CPU backend's op) on device buffers, in stream order.
+  void select_candidates(const CandidateRowsArgs& args) override;
 
  private:
   // The registry and the stream, shared with the buffers' deleters (a buffer may outlive us).

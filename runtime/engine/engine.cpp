@@ -309,13 +309,14 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
     sample_on_backend(plan, device_logits, &samples);
     return samples;
   }
+  // With tp > 1 each rank's candidates come back, not its slice of the rows.
+  if (s.tp > 1 && full_logits == nullptr && !want_logprobs) {
+    samples_from_candidates(plan, device_logits, &samples);
+    return samples;
+  }
   // On the CPU backend the logits buffer itself (no copy of m x vocab floats per step).
   host_rows_ = static_cast<const float*>(backend_.read_on_host(device_logits, bytes, host_logits_));
 
-  if (s.tp > 1 && full_logits == nullptr && !want_logprobs) {
-    samples_from_candidates(plan, &samples);
-    return samples;
-  }
   // The full vocabulary of every row: this rank's slice when tp = 1, else gathered (only when the
   // caller wants the logits themselves, e.g. --dump-logits, or logprobs with alternatives: their
   // top-n is taken here, so what travels on to rank 0 is O(n) per row).
@@ -367,10 +368,9 @@ std::vector<SampleResult> Engine::sample_last_stage(const StepPlan& plan,
 // The step's rows sampled by the backend's op (Backend::sample_rows) on the logits where they
 // lie: the rows' parameters and histories go to the device in one staged copy, and the tokens
 // (and their logprobs, only when a row asks) come back in one copy.
-void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
-                               std::vector<SampleResult>* samples) {
+const SampleRowParams* Engine::stage_sample_params(const StepPlan& plan, const int32_t** history_out,
+                                                   bool* any_logprob) {
   const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
-  const int64_t V = model_.config().vocab_size;
   // Host bytes: [m] SampleRowParams, then every row's history ids.
   const size_t params_bytes = static_cast<size_t>(m) * sizeof(SampleRowParams);
   size_t history_ids = 0;
@@ -379,7 +379,7 @@ void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
   sample_in_host_.resize(params_bytes + history_ids * sizeof(int32_t));
   auto* params = reinterpret_cast<SampleRowParams*>(sample_in_host_.data());
   auto* history = reinterpret_cast<int32_t*>(sample_in_host_.data() + params_bytes);
-  bool any_logprob = false;
+  *any_logprob = false;
   int32_t offset = 0;
   for (int64_t i = 0; i < m; ++i) {
     const RowSampling& rs = plan.sampling[i];
@@ -398,10 +398,22 @@ void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
       offset += p.history_count;
     }
     std::memcpy(params + i, &p, sizeof(p));
-    any_logprob = any_logprob || rs.want_logprob;
+    *any_logprob = *any_logprob || rs.want_logprob;
   }
   const auto* staged = static_cast<const unsigned char*>(
       backend_.stage_bytes(sample_in_host_.data(), sample_in_host_.size(), sample_in_));
+  *history_out =
+      history_ids > 0 ? reinterpret_cast<const int32_t*>(staged + params_bytes) : nullptr;
+  return reinterpret_cast<const SampleRowParams*>(staged);
+}
+
+void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
+                               std::vector<SampleResult>* samples) {
+  const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
+  const int64_t V = model_.config().vocab_size;
+  bool any_logprob = false;
+  const int32_t* history = nullptr;
+  const SampleRowParams* params = stage_sample_params(plan, &history, &any_logprob);
   // Out: [m] tokens, then [m] logprobs; only the part asked for comes back.
   const size_t out_bytes = static_cast<size_t>(m) * (sizeof(int32_t) + sizeof(float));
   if (sample_out_.bytes() < out_bytes) sample_out_ = backend_.alloc(out_bytes);
@@ -410,9 +422,8 @@ void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
   args.vocab = V;
   args.stride = model_.vocab_local();
   args.logits = device_logits;
-  args.params = reinterpret_cast<const SampleRowParams*>(staged);
-  args.history =
-      history_ids > 0 ? reinterpret_cast<const int32_t*>(staged + params_bytes) : nullptr;
+  args.params = params;
+  args.history = history;
   args.tokens = sample_out_.i32();
   args.logprobs = any_logprob ? reinterpret_cast<float*>(sample_out_.i32() + m) : nullptr;
   backend_.sample_rows(args);
@@ -439,19 +450,35 @@ void Engine::sample_on_backend(const StepPlan& plan, const float* device_logits,
 // candidates sampling needs (1 for greedy, top_k with top-k, all of its valid ids only for top-p
 // without top-k) plus a partial softmax normalizer, and sends them to tp_rank 0, which samples.
 // The result equals sample() on the whole row (runtime/sampling/sampler.h).
-void Engine::samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples) {
+void Engine::samples_from_candidates(const StepPlan& plan, const float* device_logits,
+                                     std::vector<SampleResult>* samples) {
   const ShardSpec& s = model_.shard();
   const int64_t m = static_cast<int64_t>(plan.input.logit_rows.size());
   const int64_t vl = model_.vocab_local();
   const parallel::Range vocab = model_.vocab_rows();
   const int32_t valid = static_cast<int32_t>(parallel::valid_rows(vocab, model_.config().vocab_size));
+  // The backend selects each row's candidates where the logits lie (Backend::select_candidates);
+  // only they come back, in one copy.
+  bool any_logprob = false;
+  CandidateRowsArgs args;
+  args.rows = static_cast<int32_t>(m);
+  args.valid = valid;
+  args.stride = vl;
+  args.id_begin = static_cast<int32_t>(vocab.begin);
+  args.logits = device_logits;
+  args.params = stage_sample_params(plan, &args.history, &any_logprob);
+  const SampleRowParams* host_params = reinterpret_cast<const SampleRowParams*>(sample_in_host_.data());
+  const size_t out_bytes = static_cast<size_t>(candidate_rows_bytes(host_params, args.rows, valid));
+  if (candidates_out_.bytes() < std::max<size_t>(out_bytes, 1))
+    candidates_out_ = backend_.alloc(std::max<size_t>(out_bytes, 1));
+  args.out = candidates_out_.data();
+  backend_.select_candidates(args);
+  const void* got = backend_.read_on_host(candidates_out_.data(), out_bytes, host_samples_);
   // One blob per rank for the whole batch (runtime/engine/candidate_exchange.h).
   std::vector<CandidateSet> sets(static_cast<size_t>(m));
-  for_each_row(m, backend_.host_threads(), [&](int64_t i, std::vector<float>&) {
-    const RowSampling& rs = plan.sampling[i];
-    sets[i] = local_candidates(std::span<const float>(host_rows_ + i * vl, vl),
-                               static_cast<int32_t>(vocab.begin), valid, rs.params, rs.history);
-  });
+  for (int64_t i = 0; i < m; ++i)
+    read_candidate_row(got, host_params, args.rows, valid, args.id_begin, static_cast<int32_t>(i),
+                       &sets[i]);
   std::string blob;
   for (const CandidateSet& set : sets) append_candidates(set, &blob);
   CommTimer t(&comm_seconds_);

@@ -89,10 +89,17 @@ class Engine final : public StepEngine {
   void post_plan(const StepPlan& plan);
   std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits,
                                               std::vector<RowLogprobs>* logprobs);
-  void samples_from_candidates(const StepPlan& plan, std::vector<SampleResult>* samples);
+  // Last stage, tp > 1: each rank's candidates (the backend's select_candidates on
+  // `device_logits`), exchanged on the host communicator; tp_rank 0 samples.
+  void samples_from_candidates(const StepPlan& plan, const float* device_logits,
+                               std::vector<SampleResult>* samples);
   // Last stage, tp 1: the backend's sample op on `device_logits` [rows, vocab_local].
   void sample_on_backend(const StepPlan& plan, const float* device_logits,
                          std::vector<SampleResult>* samples);
+  // The rows' SampleRowParams, then their histories, staged in one copy (sample_in_): the
+  // device copy; *any_logprob: a row wants its token's logprob.
+  const SampleRowParams* stage_sample_params(const StepPlan& plan, const int32_t** history,
+                                             bool* any_logprob);
 
   Model& model_;
   Backend& backend_;
@@ -115,6 +122,7 @@ class Engine final : public StepEngine {
   std::vector<unsigned char> sample_in_host_;  // sample_on_backend: params + histories (host)
   DeviceBuffer sample_in_;                     // their device copy (Backend::stage_bytes)
   DeviceBuffer sample_out_;                    // [rows] tokens, then [rows] logprobs
+  DeviceBuffer candidates_out_;                // select_candidates' output
   std::vector<unsigned char> host_samples_;    // what comes back of sample_out_
   double comm_seconds_ = 0;
   double idle_timeout_s_ = 0;

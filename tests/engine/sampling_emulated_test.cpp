@@ -16,10 +16,13 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/engine/sample_rows_cases.h"
@@ -186,6 +189,81 @@ TEST(SamplingEmulated, TheKernelsAlgorithmDrawsTheHostSamplersTokens) {
 TEST(SamplingEmulated, SortsAboveTheSharedMemoryTileToo) {
   // Above 4096 kept keys the sort runs in global memory (the near-uniform top-p rows).
   check(testing::make_sample_batch(5003, 5003, 13), "vocab 5003");
+}
+
+// ---- The candidates of a vocab-sharded row (tp > 1): sampling_row.h's local_candidates ------
+
+// select_candidates' kernel on the CPU: every row by one emulated block.
+void emulated_select_candidates(const CandidateRowsArgs& a) {
+  using namespace kernels::cuda;
+  const int32_t n = static_cast<int32_t>(std::max<int64_t>(a.valid, 1));
+  int32_t pow2 = 1;
+  while (pow2 < n) pow2 <<= 1;
+  const int32_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<float> v(n);
+  std::vector<int32_t> keys(pow2);
+  std::vector<double> lanes(static_cast<size_t>(blocks) * kLanes), sums(blocks);
+  const RowWorkspace ws{v.data(), keys.data(), lanes.data(), sums.data()};
+  auto sh = std::make_unique<Shared>();
+  for (int32_t r = 0; r < a.rows; ++r)
+    ASSERT_TRUE(ltm_emu::run_block(kThreads, [&] { local_candidates(a, r, ws, *sh); }))
+        << "row " << r << ": the threads of the block reached different barriers";
+}
+
+bool canonical(const Candidate& x, const Candidate& y) {
+  return x.logit > y.logit || (x.logit == y.logit && x.id < y.id);
+}
+
+// Each slice of a tp-way split of the batch's rows: the kernel's candidates are the host's
+// (select_candidates_host, local_candidates row by row) as sets, with the same max (or bad-slice
+// mark) and the same normalizer bit for bit.
+void check_candidates(const SampleBatch& b, int tp, const char* what) {
+  const int64_t per = (b.vocab + tp - 1) / tp;
+  for (int rank = 0; rank < tp; ++rank) {
+    const int64_t begin = std::min<int64_t>(rank * per, b.vocab);
+    const int64_t valid = std::min<int64_t>(per, b.vocab - begin);
+    CandidateRowsArgs a;
+    a.rows = b.rows();
+    a.valid = valid;
+    a.stride = b.stride;
+    a.id_begin = static_cast<int32_t>(begin);
+    a.logits = b.logits.data() + begin;
+    a.params = b.params.data();
+    a.history = b.history.empty() ? nullptr : b.history.data();
+    const size_t bytes = static_cast<size_t>(candidate_rows_bytes(a.params, a.rows, valid));
+    std::vector<unsigned char> want(bytes, 0xAB), got(bytes, 0xCD);
+    a.out = want.data();
+    select_candidates_host(a, 1);
+    a.out = got.data();
+    emulated_select_candidates(a);
+    for (int32_t r = 0; r < a.rows; ++r) {
+      CandidateSet w, g;
+      read_candidate_row(want.data(), a.params, a.rows, valid, a.id_begin, r, &w);
+      read_candidate_row(got.data(), a.params, a.rows, valid, a.id_begin, r, &g);
+      const std::string where = std::string(what) + ", tp " + std::to_string(tp) + " rank " +
+                                std::to_string(rank) + ", row " + std::to_string(r);
+      EXPECT_TRUE(w.local_max == g.local_max ||
+                  (std::isnan(w.local_max) && std::isnan(g.local_max)))
+          << where << ": max " << g.local_max << " vs host " << w.local_max;
+      EXPECT_EQ(std::bit_cast<uint64_t>(g.local_sum_exp), std::bit_cast<uint64_t>(w.local_sum_exp))
+          << where << ": normalizer " << g.local_sum_exp << " vs host " << w.local_sum_exp;
+      std::sort(w.candidates.begin(), w.candidates.end(), canonical);
+      std::sort(g.candidates.begin(), g.candidates.end(), canonical);
+      ASSERT_EQ(g.candidates.size(), w.candidates.size()) << where;
+      for (size_t i = 0; i < w.candidates.size(); ++i) {
+        EXPECT_EQ(g.candidates[i].id, w.candidates[i].id) << where << ", candidate " << i;
+        EXPECT_TRUE(testing::same_float(g.candidates[i].logit, w.candidates[i].logit))
+            << where << ", candidate " << i;
+      }
+    }
+  }
+}
+
+TEST(SamplingEmulated, TheCandidateKernelSelectsTheHostsCandidates) {
+  const SampleBatch b = testing::make_sample_batch(1001, 1024, 21);
+  for (int tp : {2, 3}) check_candidates(b, tp, "vocab 1001");
+  const SampleBatch small = testing::make_sample_batch(97, 97, 22);
+  for (int tp : {2, 3, 5}) check_candidates(small, tp, "vocab 97");
 }
 
 }  // namespace

@@ -646,6 +646,7 @@ struct AttentionCase {
   int head_dim;
   int block_size;
   std::vector<SeqSpec> seqs;
+  int n_kv_head = 0;  // grouped-query attention (the Llama family); 0: n_head
 };
 
 // (case, KV cache type, activation type of qkv and out)
@@ -707,9 +708,11 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
     }
 
   const int64_t d_local = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t cache_floats = static_cast<int64_t>(n_blocks) * c.n_head * bs * c.head_dim;
+  const int n_kv = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
+  const int64_t qkv_width = static_cast<int64_t>(c.n_head + 2 * n_kv) * c.head_dim;
+  const int64_t cache_floats = static_cast<int64_t>(n_blocks) * n_kv * bs * c.head_dim;
   // 16-bit activations: the CPU gets the values the GPU's 16-bit qkv holds, widened.
-  std::vector<float> qkv_host = random_floats(n_tokens * 3 * d_local, 81, -2.0f, 2.0f);
+  std::vector<float> qkv_host = random_floats(n_tokens * qkv_width, 81, -2.0f, 2.0f);
   if (act != Precision::kF32) qkv_host = rounded(qkv_host, act);
   Twin qkv = twin(qkv_host);
   if (act != Precision::kF32) {
@@ -731,6 +734,7 @@ TEST_P(CudaAttentionTest, KvCacheWriteAndPagedAttentionMatchCpu) {
   args.max_context_len = max_ctx;
   args.max_new_tokens = max_new;
   args.n_head = c.n_head;
+  args.n_kv_head = c.n_kv_head;
   args.head_dim = c.head_dim;
   args.block_size = bs;
   args.kv = kv;
@@ -823,7 +827,11 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{"mixed_h5_d80_bs16", 5, 80, 16, {{44, 1}, {0, 70}, {529, 1}, {15, 2}}},
         AttentionCase{"mixed_h3_d96_bs32", 3, 96, 32, {{95, 1}, {100, 33}, {1, 1}, {700, 1}}},
         AttentionCase{"mixed_h2_d128_bs16", 2, 128, 16, {{1500, 1}, {0, 129}, {8, 1}, {63, 40}}},
-        AttentionCase{"decode_h5_d80_bs16", 5, 80, 16, {{0, 1}, {79, 1}, {513, 1}}}),
+        AttentionCase{"decode_h5_d80_bs16", 5, 80, 16, {{0, 1}, {79, 1}, {513, 1}}},
+        // Grouped-query attention (Llama, Mistral, Qwen2): several query heads per KV head.
+        AttentionCase{"gqa_decode_h8_kv2_d64_bs16", 8, 64, 16, {{0, 1}, {600, 1}, {31, 1}}, 2},
+        AttentionCase{"gqa_prefill_h6_kv3_d128_bs16", 6, 128, 16, {{0, 70}, {20, 9}}, 3},
+        AttentionCase{"gqa_mixed_h4_kv1_d64_bs32", 4, 64, 32, {{0, 40}, {700, 1}, {5, 1}}, 1}),
         ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16),
         ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16)),
     [](const ::testing::TestParamInfo<std::tuple<AttentionCase, Precision, Precision>>& info) {

@@ -84,17 +84,22 @@ SAMPLING = [["--temperature", "0"],
             ["--temperature", "1.1", "--top-p", "0.8", "--seed", "9"]]
 
 
-@pytest.mark.parametrize("tp,pp", [(1, 1), (1, 2), (2, 1)])
+@pytest.mark.parametrize("tp,pp", [(1, 1), (1, 2), (2, 1), (3, 1)])
 def test_device_sampling_through_devsim_equals_cpu(model, tmp_path, tp, pp):
     """Without --dump-logits, a tp 1 last stage samples with the backend's op
-    (Backend::sample_rows) where the logits lie: on devsim the op runs in stream order and only
-    ids and logprobs come back (a host read before the stream got there reads poison, which the
-    engine refuses). Greedy and seeded draws give the CPU backend's ids and logprobs exactly;
-    tp 2 (candidates exchanged on the host) is the neighbour that must agree too."""
+    (Backend::sample_rows) where the logits lie, and a tp > 1 one selects each rank's candidates
+    with Backend::select_candidates: on devsim the ops run in stream order and only ids and
+    logprobs, or candidates, come back (a host read before the stream got there reads poison,
+    which the engine refuses). Greedy and seeded draws give the CPU backend's ids and logprobs
+    exactly. Greedy rows run with LTM_DEVSIM_MAX_COPY_BACK=64: a copy back of the logits (the
+    batch row's slice of the 97-token vocab: 196 or 132 bytes at tp 2 or 3) aborts the run."""
     for args in SAMPLING:
+        greedy = args == ["--temperature", "0"]
+        env = {"LTM_DEVSIM_MAX_COPY_BACK": "64"} if greedy else None
         outs = [generate_json(model, prompt_ids=ids(9, 3), max_new_tokens=12, ranks=tp * pp,
                               extra=["--tp", tp, "--pp", pp, "--device", device, "--ignore-eos",
-                                     "--threads", "1", *args])
+                                     "--threads", "1", *args],
+                              env=env if device == "devsim" else None)
                 for device in ("cpu", "devsim")]
         assert outs[0]["generated_ids"] == outs[1]["generated_ids"], (tp, pp, args)
         assert outs[0]["logprobs"] == outs[1]["logprobs"], (tp, pp, args)
