@@ -13,8 +13,8 @@
 #   OpenBLAS        PkgConfig::OPENBLAS -> common/fallback/cblas_subset.cpp (plain sgemm, sgemv)
 #   gRPC, Protobuf  not needed: proto/, runtime/serve and runtime/chat are not built, and
 #                   ltm-worker is one-shot only (launcher/worker_run.cpp refuses --listen)
-# spdlog and GoogleTest are used where installed, with stand-ins of our own where not (below);
-# nlohmann_json must be installed.
+# spdlog, GoogleTest and nlohmann_json are used where installed, with stand-ins of our own where
+# not (below; PyTorch's wheels do not ship nlohmann's header, so a bare GPU machine has none).
 if(NOT LTM_NVCC)
   message(FATAL_ERROR "LTM_GPU_ONLY=ON builds the CUDA backend, but nvcc was not found (looked on "
                       "PATH and in /usr/local/cuda/bin); put the CUDA toolkit's bin/ on PATH")
@@ -41,10 +41,11 @@ add_library(PkgConfig::OPENBLAS ALIAS ltm_fallback_cblas)
 # (common/fallback/spdlog_subset.h, tests/fallback/). LTM_USE_FALLBACKS=ON takes the stand-ins
 # even where the packages are installed: CI's gpu_only_build_test builds what a bare GPU machine
 # builds that way.
-option(LTM_USE_FALLBACKS "GPU-only build: our stand-ins for spdlog and GoogleTest even where installed" OFF)
+option(LTM_USE_FALLBACKS "GPU-only build: our stand-ins for spdlog, GoogleTest and nlohmann_json even where installed" OFF)
 if(NOT LTM_USE_FALLBACKS)
   find_package(spdlog QUIET)
   find_package(GTest QUIET)
+  find_package(nlohmann_json QUIET)
 endif()
 if(NOT spdlog_FOUND)
   add_library(ltm_fallback_spdlog INTERFACE)
@@ -61,8 +62,13 @@ if(NOT GTest_FOUND)
   set(LTM_FALLBACK_GTEST ON)
   message(STATUS "GPU-only build: GoogleTest's stand-in (tests/fallback/gtest/gtest.h)")
 endif()
-# nlohmann_json (header-only) reads configs, checkpoints' headers and vocabularies.
-find_package(nlohmann_json QUIET)
+# nlohmann_json (header-only) reads configs, checkpoints' headers and vocabularies, and writes the
+# JSON reports; where it is not installed, our subset of its API (common/fallback/json_subset.h,
+# reached as <nlohmann/json.hpp> through common/fallback/json/ only then).
 if(NOT nlohmann_json_FOUND)
-  message(FATAL_ERROR "LTM_GPU_ONLY=ON: nlohmann_json was not found (Debian: nlohmann-json3-dev)")
+  add_library(ltm_fallback_json INTERFACE)
+  target_include_directories(ltm_fallback_json INTERFACE ${PROJECT_SOURCE_DIR}/common/fallback/json
+                             ${PROJECT_SOURCE_DIR})
+  add_library(nlohmann_json::nlohmann_json ALIAS ltm_fallback_json)
+  message(STATUS "GPU-only build: nlohmann_json's stand-in (common/fallback/json_subset.h)")
 endif()

@@ -80,8 +80,8 @@ class BoundedSax {
   bool string(string_t& v) { return value(std::move(v)); }
   bool binary(typename Json::binary_t&) { return fail(here(), "binary values are not JSON"); }
 
-  bool start_object(std::size_t) { return open(nlohmann::json::value_t::object); }
-  bool start_array(std::size_t) { return open(nlohmann::json::value_t::array); }
+  bool start_object(std::size_t) { return open(Json::value_t::object); }
+  bool start_array(std::size_t) { return open(Json::value_t::array); }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
 
@@ -96,7 +96,7 @@ class BoundedSax {
   }
 
   bool parse_error(std::size_t, const std::string& last_token,
-                   const nlohmann::detail::exception& ex) {
+                   const typename Json::exception& ex) {
     // 406: the lexer read a number that is not finite as a double.
     if (ex.id == 406)
       return fail(here(), absl::StrCat("number ", cut(last_token, 32), " is out of range"));
@@ -132,7 +132,7 @@ class BoundedSax {
     return *f.member;
   }
 
-  bool open(nlohmann::json::value_t t) {
+  bool open(typename Json::value_t t) {
     if (static_cast<int>(frames_.size()) >= max_depth_)
       return fail(here(), absl::StrCat("nests deeper than ", max_depth_, " levels"));
     Json& c = place();

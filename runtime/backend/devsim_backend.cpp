@@ -209,6 +209,8 @@ void DevsimBackend::copy_to_device(void* dst, const void* host_src, size_t bytes
              " bytes of host memory while capturing a graph (copy the inputs before replay)");
   LTM_ASSERT(owns(dst, bytes), "devsim: copy_to_device into ", addr(dst), " (", bytes,
              " bytes), which is not device memory of the emulated device");
+  ++copies_.h2d;
+  copies_.h2d_bytes += bytes;
   auto staged = std::make_shared<std::vector<unsigned char>>(
       static_cast<const unsigned char*>(host_src),
       static_cast<const unsigned char*>(host_src) + bytes);
@@ -220,6 +222,8 @@ void DevsimBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) 
   LTM_ASSERT(!capturing(), "devsim: copy_to_host of ", bytes, " bytes while capturing a graph");
   LTM_ASSERT(owns(src, bytes), "devsim: copy_to_host from ", addr(src), " (", bytes,
              " bytes), which is not device memory of the emulated device");
+  ++copies_.d2h;
+  copies_.d2h_bytes += bytes;
   LTM_ASSERT(!owns(host_dst, 1), "devsim: copy_to_host into device memory ", addr(host_dst));
   poison(host_dst, bytes);  // what the host sees until the stream gets there
   enqueue([host_dst, src, bytes] { std::memcpy(host_dst, src, bytes); });

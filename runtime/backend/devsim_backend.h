@@ -57,6 +57,12 @@ class DevsimBackend final : public Backend {
   bool owns(const void* p, size_t bytes) const;
   // Ops queued and not yet run (for tests).
   size_t pending() const;
+  // Copies between host and device so far (copy_to_device, copy_to_host and what goes through
+  // them: stage_i32, stage_bytes, read_on_host, upload), for tests that count a step's copies.
+  struct CopyCounts {
+    size_t h2d = 0, h2d_bytes = 0, d2h = 0, d2h_bytes = 0;
+  };
+  CopyCounts copy_counts() const { return copies_; }
 
   DeviceBuffer alloc(size_t bytes) override;
   DeviceBuffer alloc_zeroed(size_t bytes) override;
@@ -139,6 +145,7 @@ class DevsimBackend final : public Backend {
 
   std::unique_ptr<Backend> inner_;
   std::shared_ptr<State> state_;
+  CopyCounts copies_;
 };
 
 }  // namespace ltm

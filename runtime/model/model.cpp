@@ -223,17 +223,36 @@ void Model::ensure_workspace(Workspace& ws, int64_t n) {
   ws.tokens = n;
 }
 
+// The step's int32 arrays go to the device as one piece (one pinned copy on a GPU), each at a
+// 16-byte aligned offset of it: offsets, contexts, block tables, slots, ids, positions and the
+// logit rows (compute_logits takes its view when handed the same rows).
 void Model::upload_step(const StepInput& step) {
+  const std::vector<int32_t>* parts[kStepArrays] = {
+      &step.token_offsets, &step.slot_mapping, &step.context_lens, &step.block_tables,
+      &step.token_ids, &step.positions, &step.logit_rows};
+  size_t at[kStepArrays];
+  size_t total = 0;
+  for (size_t i = 0; i < kStepArrays; ++i) {
+    at[i] = total;
+    total += (parts[i]->size() + 3) / 4 * 4;
+  }
+  step_host_.assign(total, 0);
+  for (size_t i = 0; i < kStepArrays; ++i)
+    std::copy(parts[i]->begin(), parts[i]->end(), step_host_.begin() + static_cast<int64_t>(at[i]));
+  const int32_t* base = backend_.stage_i32(step_host_.data(), step_host_.size(), d_step_);
+  staged_logit_rows_ = base + at[6];
+  staged_logit_host_ = step_host_.data() + at[6];
+  staged_logit_count_ = step.logit_rows.size();
+
   AttentionArgs& a = attn_args_;
   a.n_seqs = step.n_seqs();
   a.n_tokens = step.n_tokens();
-  auto stage = [&](const std::vector<int32_t>& v, DeviceBuffer& staging) {
-    return backend_.stage_i32(v.data(), v.size(), staging);
-  };
-  a.token_offsets = stage(step.token_offsets, d_token_offsets_);
-  a.context_lens = stage(step.context_lens, d_context_lens_);
-  a.block_tables = stage(step.block_tables, d_block_tables_);
-  a.slot_mapping = stage(step.slot_mapping, d_slot_mapping_);
+  a.token_offsets = base + at[0];
+  a.slot_mapping = base + at[1];
+  a.context_lens = base + at[2];
+  a.block_tables = base + at[3];
+  staged_token_ids_ = base + at[4];
+  staged_positions_ = base + at[5];
   a.max_blocks_per_seq = step.max_blocks_per_seq;
   a.max_context_len = 0;
   a.max_new_tokens = 0;
@@ -286,8 +305,8 @@ void Model::run_stage(const StepInput& step, float* hidden, KvCache& cache) {
   ensure_workspace(ws_, n);
   StagedStep staged;
   staged.attn = attn_args_;
-  staged.token_ids = backend_.stage_i32(step.token_ids.data(), step.token_ids.size(), d_token_ids_);
-  staged.positions = backend_.stage_i32(step.positions.data(), step.positions.size(), d_positions_);
+  staged.token_ids = staged_token_ids_;
+  staged.positions = staged_positions_;
   staged.lora = true;
   plan_lora_runs(step);
   forward(staged, hidden, cache, ws_);
@@ -496,8 +515,13 @@ void Model::compute_logits(const StepInput& step, const float* hidden, float* lo
   const int64_t m = static_cast<int64_t>(step.logit_rows.size());
   if (m == 0) return;
   ensure_workspace(ws_, m);
+  // The rows run_stage staged with the step's other arrays, unless this step's differ (a caller
+  // that asks for other rows, or run_stage had no tokens to run).
+  const bool staged = staged_logit_rows_ != nullptr && staged_logit_count_ == step.logit_rows.size() &&
+                      std::equal(step.logit_rows.begin(), step.logit_rows.end(), staged_logit_host_);
   const int32_t* rows =
-      backend_.stage_i32(step.logit_rows.data(), step.logit_rows.size(), d_logit_rows_);
+      staged ? staged_logit_rows_
+             : backend_.stage_i32(step.logit_rows.data(), step.logit_rows.size(), d_logit_rows_);
   logits_from(rows, m, hidden, logits, ws_);
 }
 

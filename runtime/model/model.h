@@ -242,9 +242,16 @@ class Model {
   int64_t lora_x32_elems_ = 0, lora_y32_elems_ = 0;
   double stage_seconds_ = 0, lora_seconds_ = 0;
 
-  // Per-step metadata on the device, and its AttentionArgs.
-  DeviceBuffer d_token_ids_, d_positions_, d_slot_mapping_, d_token_offsets_, d_context_lens_,
-      d_block_tables_, d_logit_rows_;
+  // Per-step metadata on the device, and its AttentionArgs: the step's int32 arrays packed into
+  // step_host_ and staged as one copy into d_step_ (upload_step); views of it below.
+  static constexpr size_t kStepArrays = 7;
+  std::vector<int32_t> step_host_;
+  DeviceBuffer d_step_, d_logit_rows_;
+  const int32_t* staged_token_ids_ = nullptr;
+  const int32_t* staged_positions_ = nullptr;
+  const int32_t* staged_logit_rows_ = nullptr;  // device
+  const int32_t* staged_logit_host_ = nullptr;  // the same rows in step_host_
+  size_t staged_logit_count_ = 0;
   AttentionArgs attn_args_;
 
   // Workspace of run_stage and compute_logits, grown to the largest step seen.

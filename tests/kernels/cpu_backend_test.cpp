@@ -181,8 +181,14 @@ TEST(Precision, NamesParse) {
   EXPECT_EQ(p, Precision::kF16);
   EXPECT_TRUE(parse_precision("fp32", &p));
   EXPECT_EQ(p, Precision::kF32);
-  EXPECT_FALSE(parse_precision("int8", &p));
+  EXPECT_TRUE(parse_precision("int8", &p));  // weights only (--weight-dtype int8)
+  EXPECT_EQ(p, Precision::kInt8);
+  EXPECT_STREQ(precision_name(Precision::kInt8), "int8");
+  EXPECT_FALSE(parse_precision("int4", &p));
+  EXPECT_FALSE(parse_precision("q8_0", &p));
   EXPECT_EQ(precision_size(Precision::kBF16), 2u);
+  EXPECT_EQ(precision_size(Precision::kInt8), 1u);
+  EXPECT_DOUBLE_EQ(weight_element_bytes(Precision::kInt8), 1.0625);  // 32 bytes + an fp16 scale
 }
 
 }  // namespace

@@ -136,8 +136,12 @@ ModelConfig small_config() {
 }
 
 // Prefill 7 tokens then decode 3, one sequence; returns every step's logits, read on the host the
-// way the engine reads them (read_on_host).
-std::vector<std::vector<float>> run_model(Backend& backend) {
+// way the engine reads them (read_on_host). On the emulated device, `copies` gets each step's
+// host-to-device copies (run_stage and compute_logits) and their bytes.
+struct StepCopies {
+  size_t copies, bytes, array_bytes;  // array_bytes: the step's int32 arrays, unpadded
+};
+std::vector<std::vector<float>> run_model(Backend& backend, std::vector<StepCopies>* copies = nullptr) {
   const ModelConfig config = small_config();
   parallel::SoloCommunicator tp{"tp"};
   std::unique_ptr<WeightSource> source = make_random_source(config, 7, 0.2f);
@@ -166,8 +170,17 @@ std::vector<std::vector<float>> run_model(Backend& backend) {
     in.context_lens = {done + chunk};
     in.block_tables = blocks;
     in.logit_rows = {chunk - 1};
+    auto* dev = dynamic_cast<DevsimBackend*>(&backend);
+    const DevsimBackend::CopyCounts before = dev ? dev->copy_counts() : DevsimBackend::CopyCounts{};
     model.run_stage(in, hidden.f32(), cache);
     model.compute_logits(in, hidden.f32(), logits.f32());
+    if (dev && copies) {
+      const DevsimBackend::CopyCounts after = dev->copy_counts();
+      const size_t ints = in.token_offsets.size() + in.context_lens.size() +
+                          in.block_tables.size() + in.slot_mapping.size() +
+                          in.token_ids.size() + in.positions.size() + in.logit_rows.size();
+      copies->push_back({after.h2d - before.h2d, after.h2d_bytes - before.h2d_bytes, ints * 4});
+    }
     const float* seen = static_cast<const float*>(
         backend.read_on_host(logits.data(), config.vocab_size * sizeof(float), staging));
     out.emplace_back(seen, seen + config.vocab_size);
@@ -186,6 +199,21 @@ TEST(Devsim, TheModelGivesTheCpuBackendsLogitsBitForBit) {
     for (float v : got[s]) ASSERT_FALSE(std::isnan(v)) << "step " << s << ": poison reached logits";
     EXPECT_EQ(0, std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)))
         << "step " << s;
+  }
+}
+
+// The step's int32 arrays (offsets, contexts, block tables, slots, ids, positions, logit rows)
+// reach the device in one copy (one pinned copy on a GPU), not one per array.
+TEST(Devsim, AStepsInputsGoToTheDeviceInOneCopy) {
+  std::unique_ptr<Backend> dev = make_devsim_backend(1);
+  std::vector<StepCopies> copies;
+  run_model(*dev, &copies);
+  ASSERT_EQ(copies.size(), 4u);
+  for (size_t s = 0; s < copies.size(); ++s) {
+    EXPECT_EQ(copies[s].copies, 1u) << "step " << s;
+    // Each array padded to 16 bytes: at most 12 bytes more per array.
+    EXPECT_GE(copies[s].bytes, copies[s].array_bytes) << "step " << s;
+    EXPECT_LE(copies[s].bytes, copies[s].array_bytes + 7 * 12) << "step " << s;
   }
 }
 

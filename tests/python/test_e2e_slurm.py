@@ -141,7 +141,7 @@ def test_one_node_job_serves_at_the_published_address(cluster, model, expected):
 
 @pytest.mark.parametrize("env, code, message", [
     (dict(LTM_EXTRA_FLAGS="--threads 1 --bogus-flag"), 2, "bogus"),
-    (dict(LTM_EXTRA_FLAGS="--threads 1 --weight-dtype f8"), 2, "--weight-dtype must be f32, bf16 or fp16, not 'f8'"),
+    (dict(LTM_EXTRA_FLAGS="--threads 1 --weight-dtype f8"), 2, "--weight-dtype must be f32, bf16, fp16 or int8, not 'f8'"),
     (dict(TP=4, PP=1), 2, "tp 4 x pp 1 is 4 ranks, but the job has 2 tasks"),
     (dict(MODEL="/nonexistent/model"), 6, "/nonexistent/model"),
     # Nobody gets in by default: the script refuses a public address with neither a key nor TLS,

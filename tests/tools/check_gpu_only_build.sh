@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # gpu_only_build_test: the GPU-only build (-DLTM_GPU_ONLY=ON, cmake/gpu_only.cmake) configures and
 # compiles with MPI, gRPC, Protobuf, Boost, OpenBLAS and abseil hidden from CMake, the compiler
-# and the linker (and spdlog, fmt and GoogleTest too: it is built with LTM_USE_FALLBACKS=ON, the
-# stand-ins a bare GPU machine gets), and what it builds needs none of them.
+# and the linker (and spdlog, fmt, GoogleTest and nlohmann_json too: it is built with
+# LTM_USE_FALLBACKS=ON, the stand-ins a bare GPU machine gets), and what it builds needs none of
+# them.
 #   check_gpu_only_build.sh SOURCE_DIR BUILD_DIR FULL_WORKER [CUDA_ARCH (default 80)] [LAUNCHER]
 # 1. In a private mount namespace (unshare -m) the packages' headers, CMake and pkg-config files,
 #    libraries and programs are covered (empty tmpfs over their folders; over their files, one
 #    that fails every use), and probes check they are gone: compiling a file that includes
 #    <boost/version.hpp>, <absl/base/config.h>, <mpi.h>, <cblas.h>, <grpcpp/grpcpp.h>,
-#    <google/protobuf/message.h>, <spdlog/spdlog.h>, <fmt/format.h> or <gtest/gtest.h> must fail,
+#    <google/protobuf/message.h>, <spdlog/spdlog.h>, <fmt/format.h>, <gtest/gtest.h> or
+#    <nlohmann/json.hpp> must fail,
 #    and so must linking -lmpi, -lopenblas, -lboost_program_options, -labsl_strings, -lgrpc++,
 #    -lprotobuf, -lspdlog, -lfmt or -lgtest. Then cmake configures BUILD_DIR and builds every
 #    target of that build (the CUDA backend, the gpu tests, ltm-worker, ltm-bench,
@@ -43,17 +45,18 @@ t0=$SECONDS
 # CMake files that share a folder with others) get a file that fails every use (below).
 hide_dirs=()
 hide_files=()
-for d in /usr/include/{boost,absl,grpc,grpc++,grpcpp,grpc_core,google,spdlog,fmt,gtest,gmock} \
+for d in /usr/include/{boost,absl,grpc,grpc++,grpcpp,grpc_core,google,spdlog,fmt,gtest,gmock,nlohmann} \
          /usr/include/$multiarch/{mpi,openmpi,openblas-openmp,openblas-pthread} \
          /usr/lib/$multiarch/{openmpi,openblas-openmp,openblas-pthread,blas,lapack} \
-         /usr/lib/$multiarch/cmake/{absl,grpc,protobuf,openblas,Boost-*,boost_*,BoostDetectToolset*,spdlog,fmt,GTest} \
-         /usr/share/openmpi /etc/openmpi; do
+         /usr/lib/$multiarch/cmake/{absl,grpc,protobuf,openblas,Boost-*,boost_*,BoostDetectToolset*,spdlog,fmt,GTest,nlohmann_json} \
+         /usr/share/openmpi /etc/openmpi /usr/share/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json; do
   [ -d "$d" ] && hide_dirs+=("$d")
 done
 shopt -s nullglob
 for f in /usr/include/$multiarch/{cblas*.h,f77blas.h,openblas_config.h,mpi*.h} /usr/include/{cblas*.h,mpi*.h} \
          /usr/lib/$multiarch/lib{absl_,grpc,gpr,upb,protobuf,protoc,boost_,mpi,open-pal,open-rte,ompitrace,openblas,blas,lapack,cblas,address_sorting,spdlog,fmt,gtest,gmock}* \
-         /usr/lib/$multiarch/pkgconfig/{absl_,grpc,gpr,upb,protobuf,ompi,orte,mpi,openblas,blas,lapack,cblas,spdlog,fmt,gtest,gmock}* \
+         /usr/lib/$multiarch/pkgconfig/{absl_,grpc,gpr,upb,protobuf,ompi,orte,mpi,openblas,blas,lapack,cblas,spdlog,fmt,gtest,gmock,nlohmann_json}* \
+         /usr/share/pkgconfig/nlohmann_json* \
          /usr/bin/{protoc*,grpc_*plugin,mpicc*,mpicxx*,mpic++*,mpiCC*,mpif*,mpirun*,mpiexec*,orterun*,ompi_info*,ompi-*,opal_wrapper*}; do
   [ -e "$f" ] && hide_files+=("$f")
 done
@@ -76,7 +79,7 @@ for d in "${dirs[@]}"; do mount -t tmpfs -o ro,size=4k tmpfs "$d" || exit 90; do
 # (a link into a folder covered above now leads nowhere: already hidden)
 for f in "${files[@]}"; do [ ! -e "$f" ] || mount --bind "$probe/hidden" "$f" || exit 90; done
 for h in boost/version.hpp absl/base/config.h mpi.h cblas.h grpcpp/grpcpp.h google/protobuf/message.h \
-         spdlog/spdlog.h fmt/format.h gtest/gtest.h; do
+         spdlog/spdlog.h fmt/format.h gtest/gtest.h nlohmann/json.hpp; do
   printf '#include <%s>\nint main() { return 0; }\n' "$h" > "$probe/p.cpp"
   if g++ -std=c++20 -c "$probe/p.cpp" -o "$probe/p.o" 2> /dev/null; then
     echo "FAIL: <$h> still compiles inside the namespace (not hidden)"; exit 91
