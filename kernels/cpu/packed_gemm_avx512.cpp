@@ -264,23 +264,20 @@ inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float*
   store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
+// One register tile of up to kMaxRows rows over the whole panel (k in order, no chunks).
 template <bool kMasked, bool kF16>
-void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
-               int64_t k, float beta, const __mmask16* mk) {
+void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
+            int64_t k, float beta, const __mmask16* mk) {
   if constexpr (!kF16) {
-    if (m <= kMaxRows) {
-      switch (m) {
-        case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      }
-      return;
+    switch (m) {
+      case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
     }
-  }
-  if (m <= kMaxRows) {
+  } else {
     switch (m) {
       case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
       case 5: nt_tile16<5, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
@@ -289,6 +286,25 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t
       case 2: nt_tile16<2, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
       default: nt_tile16<1, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
     }
+  }
+}
+
+// Up to 12 rows (a verify step of speculative decoding, a small decode batch) run as two tiles
+// over the whole panel, 6 rows then the rest (the second reads the panel from L2), instead of
+// the chunked path below: each accumulator then sums the whole k in order, so a row's result is
+// the same bits at every row count up to 12 (the chunked path adds its chunks' partial sums),
+// and on models/kjv-small's shapes with weights colder than L3 it measured 12-25% faster at 7-9
+// rows. Beyond 12 the chunked path converts each chunk once for every row group.
+constexpr int64_t kTwoTileRows = 2 * kMaxRows;
+
+template <bool kMasked, bool kF16>
+void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
+               int64_t k, float beta, const __mmask16* mk) {
+  if (m <= kTwoTileRows) {
+    tile16<kMasked, kF16>(a, lda, b, c, ldc, min_i(m, kMaxRows), k, beta, mk);
+    if (m > kMaxRows)
+      tile16<kMasked, kF16>(a + kMaxRows * lda, lda, b, c + kMaxRows * ldc, ldc, m - kMaxRows, k,
+                            beta, mk);
     return;
   }
   alignas(64) float scratch[kKChunk * kWidth];

@@ -227,12 +227,36 @@ TEST_P(PackedGemmIsa, SixteenBitGpt2Shapes) {
 
 TEST_P(PackedGemmIsa, SixteenBitRaggedShapes) {
   // n not a multiple of 64 (nor 16, nor 8); k around the 64- and 128-row chunks; m over every
-  // row count of the register tiles and the scratch path (m > 6 on AVX-512, m > 2 on AVX2).
+  // row count of the register tiles, AVX-512's two tiles (7..12) and the scratch path (m > 12 on
+  // AVX-512, m > 2 on AVX2).
   for (WeightType t : k16BitTypes)
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13})
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13})
       for (int64_t n : {1, 17, 63, 65, 130, 200})
         for (int64_t k : {1, 7, 64, 65, 127, 128, 129, 300})
           for (float beta : {0.0f, 0.5f}) check16(m, n, k, beta, t);
+}
+
+// On AVX-512, 16-bit weights: a row of A gives the same bits whether it is multiplied alone (the
+// decode kernel) or as one of up to 12 rows (a verify step of speculative decoding, which must
+// reproduce the decode's greedy tokens): every path up to 12 rows sums the whole k in order.
+TEST_P(PackedGemmIsa, SixteenBitRowsAgreeUpToTwelve) {
+  if (GetParam() != Isa::kAvx512) GTEST_SKIP() << "the property is the AVX-512 path's";
+  for (WeightType t : k16BitTypes)
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{200, 300}, {768, 256}, {256, 1024}})
+      for (float beta : {0.0f, 1.0f}) {
+        const Inputs in = random_inputs(12, n, k);
+        std::vector<unsigned char> packed(packed_bytes(k, n, t));
+        pack_weight_rows(in.w.data(), 0, k, k, n, t, packed.data());
+        std::vector<float> alone = in.c0;
+        for (int64_t i = 0; i < 12; ++i)
+          packed_gemm(in.a.data() + i * k, packed.data(), t, alone.data() + i * n, 1, n, k, beta);
+        for (int64_t m = 2; m <= 12; ++m) {
+          std::vector<float> out = in.c0;
+          packed_gemm(in.a.data(), packed.data(), t, out.data(), m, n, k, beta);
+          EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
+              << weight_type_name(t) << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta;
+        }
+      }
 }
 
 TEST_P(PackedGemmIsa, SixteenBitLargeM) {
