@@ -32,6 +32,7 @@
 #include "common/version.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
+#include "launcher/step_cost.h"
 #include "runtime/sched/scheduler.h"
 
 namespace {
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
   int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0;
-  bool json = false, skip_limits = false;
+  bool json = false, skip_limits = false, step_cost = false;
+  ltm::StepCostOptions sc;
   po::options_description desc("ltm-bench options");
   desc.add_options()
       ("model", po::value(&o.model)->default_value(LTM_SOURCE_DIR "/configs/gpt2-124m.json"), "checkpoint folder or config .json (random weights)")
@@ -125,6 +127,11 @@ int main(int argc, char** argv) {
       ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")
       ("lora-max-rank", po::value(&o.lora_max_rank)->default_value(64), "adapters of a higher rank are refused")
       ("compare-base", po::value(&compare_rounds)->default_value(0), "with unmerged --lora: N rounds, each the batch on the base model then on the adapters")
+      ("step-cost", po::bool_switch(&step_cost), "instead: a forward step's time against its rows (speculative decoding's token_cost; launcher/step_cost.h)")
+      ("step-cost-context", po::value(&sc.context)->default_value(96), "--step-cost: tokens in the cache before the step")
+      ("step-cost-rows", po::value(&sc.max_rows)->default_value(9), "--step-cost: rows 1 .. this")
+      ("step-cost-rounds", po::value(&sc.rounds)->default_value(200), "--step-cost: steps of each row count")
+      ("step-cost-batch", po::bool_switch(&sc.batch), "--step-cost: also r sequences of one row")
       ("skip-limits", po::bool_switch(&skip_limits), "do not measure bandwidth and sgemm peak")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
       ("help,h", "this help")
@@ -145,6 +152,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ltm-bench: --prompt-tokens and --new-tokens must be >= 1, --batch in [1, 1024]\n");
     return 2;
   }
+  if (step_cost && (o.tp != 1 || o.pp != 1)) {
+    std::fprintf(stderr, "ltm-bench: --step-cost runs on one rank (--tp 1 --pp 1)\n");
+    return 2;
+  }
+  if (step_cost) batch = std::max(batch, sc.batch ? sc.max_rows : 1);
   o.has_prompt_ids = true;
   o.max_batch_tokens = std::max(prompt_tokens, 512);
   o.max_running = batch;
@@ -164,6 +176,12 @@ int main(int argc, char** argv) {
   }
   ltm::RankSetup& rs = **setup;
   const ltm::ModelConfig& c = rs.model->config();
+  if (step_cost) {
+    sc.json = json;
+    const int code = ltm::run_step_cost(rs, o.block_size, sc);
+    rs.engine->shutdown();
+    return code;
+  }
   // Weight bytes over all ranks, and the slowest rank's communication time.
   float stats[2] = {static_cast<float>(rs.model->weight_bytes()), 0};
   rs.world->world().all_reduce_sum(stats, 1);

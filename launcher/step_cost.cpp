@@ -1,0 +1,119 @@
+#include "launcher/step_cost.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace ltm {
+
+namespace {
+
+// One step of `seqs` sequences of `rows` new tokens each, every sequence's context `context`
+// tokens before it, every row sampled greedily (a verify step's rows are: speculation's greedy
+// case). Sequence s holds blocks [s * per_seq, (s + 1) * per_seq).
+StepPlan make_plan(int32_t seqs, int32_t rows, int32_t context, int32_t block_size,
+                   int32_t per_seq, int32_t vocab) {
+  StepPlan plan;
+  StepInput& in = plan.input;
+  in.max_blocks_per_seq = per_seq;
+  in.token_offsets.push_back(0);
+  for (int32_t s = 0; s < seqs; ++s) {
+    for (int32_t i = 0; i < rows; ++i) {
+      const int32_t pos = context + i;
+      in.token_ids.push_back((pos * 7919 + 13 + s * 104729) % vocab);
+      in.positions.push_back(pos);
+      in.slot_mapping.push_back((s * per_seq + pos / block_size) * block_size + pos % block_size);
+      in.logit_rows.push_back(in.n_tokens() - 1);
+      RowSampling rs;
+      rs.params.temperature = 0;
+      rs.token_index = i;
+      rs.want_logprob = false;
+      plan.sampling.push_back(rs);
+    }
+    in.token_offsets.push_back(in.n_tokens());
+    in.context_lens.push_back(context + rows);
+    in.adapter_ids.push_back(0);
+    for (int32_t b = 0; b < per_seq; ++b) in.block_tables.push_back(s * per_seq + b);
+  }
+  return plan;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o) {
+  const ModelConfig& c = rs.model->config();
+  const int32_t vocab = static_cast<int32_t>(c.vocab_size);
+  const int32_t per_seq = (o.context + o.max_rows + block_size - 1) / block_size;
+  const int32_t seqs_max = o.batch ? o.max_rows : 1;
+  if (o.context < 1 || o.max_rows < 1 || o.context + o.max_rows > c.n_positions ||
+      per_seq * seqs_max > rs.n_blocks) {
+    std::fprintf(stderr, "ltm-bench: --step-cost: a context of %d plus %d rows (x %d sequences) "
+                 "does not fit the model's %lld positions or the %d KV blocks\n",
+                 o.context, o.max_rows, seqs_max, static_cast<long long>(c.n_positions),
+                 rs.n_blocks);
+    return 2;
+  }
+  // The cache's contents do not matter to the time: fill the context once with a prefill.
+  for (int32_t s = 0; s < seqs_max; ++s) {
+    StepPlan fill = make_plan(1, o.context, 0, block_size, per_seq, vocab);
+    for (int32_t& slot : fill.input.slot_mapping) slot += s * per_seq * block_size;
+    for (int32_t& b : fill.input.block_tables) b += s * per_seq;
+    fill.input.logit_rows = {o.context - 1};
+    fill.sampling.resize(1);
+    rs.engine->step(fill);
+  }
+  // kinds: rows r of one sequence (a verify step of r - 1 drafts), and with --batch r sequences
+  // of one row (a decode batch).
+  struct Kind {
+    int32_t seqs, rows;
+    StepPlan plan;
+    std::vector<double> s;
+  };
+  std::vector<Kind> kinds;
+  for (int32_t r = 1; r <= o.max_rows; ++r)
+    kinds.push_back({1, r, make_plan(1, r, o.context, block_size, per_seq, vocab), {}});
+  if (o.batch)
+    for (int32_t r = 2; r <= o.max_rows; ++r)
+      kinds.push_back({r, 1, make_plan(r, 1, o.context, block_size, per_seq, vocab), {}});
+  for (int32_t round = -3; round < o.rounds; ++round) {  // 3 warm-up rounds
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      Kind& k = kinds[(i + static_cast<size_t>(std::max(round, 0))) % kinds.size()];
+      const auto t0 = std::chrono::steady_clock::now();
+      rs.engine->step(k.plan);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (round >= 0) k.s.push_back(s);
+    }
+  }
+  const double t1 = median(kinds[0].s);
+  std::vector<double> costs;
+  for (const Kind& k : kinds) {
+    const double t = median(k.s);
+    const int32_t total = k.seqs * k.rows;
+    const double cost = total > 1 ? (t / t1 - 1) / (total - 1) : 0;
+    if (k.seqs == 1 && total > 1) costs.push_back(cost);
+    if (o.json) {
+      std::printf("%s\n", nlohmann::json{{"measurement", "step_cost"}, {"sequences", k.seqs},
+                                         {"rows_per_sequence", k.rows}, {"context", o.context},
+                                         {"median_us", 1e6 * t}, {"ratio_to_one_row", t / t1},
+                                         {"cost_per_extra_row", cost}}.dump().c_str());
+    } else {
+      std::printf("%2d sequence(s) x %d row(s): median %8.1f us  x%.2f of one row  (+%.3f a row)\n",
+                  k.seqs, k.rows, 1e6 * t, t / t1, cost);
+    }
+  }
+  const double token_cost = median(costs);
+  if (o.json)
+    std::printf("%s\n", nlohmann::json{{"measurement", "token_cost"}, {"value", token_cost}}.dump().c_str());
+  else
+    std::printf("token_cost (median over rows of one sequence): %.3f\n", token_cost);
+  return 0;
+}
+
+}  // namespace ltm
