@@ -63,7 +63,7 @@ po::options_description describe(WorkerOptions* o) {
       ("micro-batches", po::value(&o->micro_batches)->default_value(0), "step plans in flight at once (0: --pp, so every pipeline stage has work)")
       ("prefix-cache", po::value(&o->prefix_cache)->default_value("on"), "on | off: keep finished requests' full KV blocks and reuse them for prompts that start the same")
       ("speculative", po::value(&o->speculative)->default_value("off"), "off | ngram | draft: speculative decoding; ngram (prompt lookup) guesses a decoding sequence's next tokens from its own prompt and output and the model verifies them in one step (same tokens as off, faster where the text repeats); draft: a small draft model (--draft-model)")
-      ("spec-tokens", po::value(&o->spec_tokens)->default_value(8), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
+      ("spec-tokens", po::value(&o->spec_tokens)->default_value(5), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
       ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(4), "speculative decoding: only while at most this many sequences run (a bigger batch loses throughput by it)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load (CPU only)")

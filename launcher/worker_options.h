@@ -50,7 +50,7 @@ struct WorkerOptions {
   // Speculative decoding (runtime/spec/proposer.h): off | ngram | draft, drafts per step at
   // most, and the most running sequences it is used with.
   std::string speculative = "off";
-  int32_t spec_tokens = 8;
+  int32_t spec_tokens = 5;
   int32_t spec_max_batch = 4;
   // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
   // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.

@@ -26,7 +26,7 @@ void Scheduler::plan_drafts(Sequence* seq, int32_t max_drafts) {
   // never used: at most remaining - 1 (the step's last row adds one more token).
   const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
                                      static_cast<int32_t>(config_.n_positions) - n);
-  double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.1;
+  double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.15;
   if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
     const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
     token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);

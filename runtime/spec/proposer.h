@@ -95,18 +95,22 @@ int32_t best_draft_length(double a, double token_cost, int32_t max_tokens);
 // --spec-tokens, --spec-max-batch).
 struct SpecOptions {
   SpecMode mode = SpecMode::kOff;
-  int32_t max_tokens = 8;   // drafts per sequence and step, at most (--spec-tokens)
+  // Drafts per sequence and step, at most (--spec-tokens). 5: a verify step of up to 6 rows is
+  // one register tile of the AVX-512 GEMM kernel, and on models/kjv-small a 7th row costs ~0.4
+  // of a decode step where each of rows 2..6 costs ~0.15 (ltm-bench --step-cost): even at full
+  // acceptance 6 tokens for 1.7 steps beat 9 for 2.6 (docs/benchmarks.md, "Speculative decoding").
+  int32_t max_tokens = 5;
   // Speculate only while at most this many sequences run: a bigger batch already keeps the
   // machine's arithmetic busy, and the drafts' rows would cost more than they save
   // (docs/benchmarks.md, "Speculative decoding", measures where).
   int32_t max_batch = 4;
-  // DraftLength's token_cost: > 0 (the default 0.1: a row of a small chunk against a decode
-  // step, as measured on models/kjv-small), this; 0, measured: with step seconds ~ a + b x tokens
-  // (the scheduler's StepCostModel, once it has timed enough steps; 0.1 before) and B sequences
+  // DraftLength's token_cost: > 0 (the default 0.15: a row of a 2..6-row chunk against a
+  // one-row step on models/kjv-small, ltm-bench --step-cost), this; 0, measured: with step seconds ~ a + b x tokens
+  // (the scheduler's StepCostModel, once it has timed enough steps; 0.15 before) and B sequences
   // running, one more draft row costs b x B / (a + b x B) of a sequence-step, which tends to 1 as
   // the batch grows. Not the default: on a shared machine a few descheduled steps throw the fit
   // (and with it every draft length) far off.
-  double token_cost = 0.1;
+  double token_cost = 0.15;
   std::shared_ptr<Proposer> proposer;  // null: made from `mode` (kNgram: an NgramProposer)
 };
 
