@@ -18,17 +18,13 @@ import threading
 import time
 
 
-def post(host, port, body, timeout):
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
-        return json.loads(data)
-    finally:
-        conn.close()
+def post(conn, body):
+    conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
+    return json.loads(data)
 
 
 def main():
@@ -52,21 +48,27 @@ def main():
     stop_at = t0 + a.duration_s
 
     def worker(t):
+        # One kept-alive connection per thread, as ltm-loadgen keeps one channel: llama-server's
+        # listen backlog (5) resets some of 32 simultaneous new connections.
         rng = random.Random(a.seed * 1000003 + t)
+        conn = http.client.HTTPConnection(host, int(port), timeout=a.timeout_s)
         while time.monotonic() < stop_at:
             body = {"prompt": [rng.randrange(a.vocab) for _ in range(a.prompt_tokens)],
                     "n_predict": a.max_new_tokens, "ignore_eos": True, "temperature": 0,
                     "cache_prompt": False, "stream": False}
             try:
-                r = post(host, int(port), body, a.timeout_s)
+                r = post(conn, body)
                 with lock:
                     totals["generated"] += int(r.get("tokens_predicted", 0))
                     totals["requests"] += 1
-            except Exception as e:  # counted and reported, not fatal
+            except Exception as e:  # counted and reported, not fatal; a fresh connection
                 with lock:
                     totals["errors"] += 1
                     totals["first_error"] = totals["first_error"] or str(e)
-                time.sleep(0.1)
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=a.timeout_s)
+                time.sleep(0.01 * (t + 1))
+        conn.close()
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(a.concurrency)]
     for th in threads:
