@@ -67,6 +67,19 @@ void pad_group(uint8_t* blk, int64_t c) {
 using PanelFn = void (*)(const int8::QuantRows&, const uint8_t*, float*, int64_t, int64_t, int64_t,
                          float);
 
+bool cpu_has_amx_int8() {
+#ifdef LTM_CPU_X86
+  // amx_available() (cpu_isa.h) has asked Linux for the tile state (AMX-TILE and AMX-BF16).
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("amx-int8") != 0 && amx_available();
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_vnni() {
 #ifdef LTM_CPU_X86
   static const bool ok = [] {
@@ -214,6 +227,15 @@ const char* int8_kernel_name() {
   return name;
 }
 
+bool int8_amx_enabled() {
+  return cpu_has_amx_int8() && isa() == Isa::kAvx512 && amx_enabled();
+}
+
+const char* int8_kernel_name(int64_t m) {
+  if (m >= kInt8AmxMinRows && int8_amx_enabled()) return "amx-int8";
+  return int8_kernel_name();
+}
+
 void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t n, int64_t k,
                float beta) {
   if (m == 0 || n == 0) return;
@@ -224,7 +246,8 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
   static thread_local std::vector<int8_t> q_store;
   static thread_local std::vector<float> scale_store;
   static thread_local std::vector<int32_t> sum_store;
-  if (q_store.size() < static_cast<size_t>(m * kq)) q_store.resize(static_cast<size_t>(m * kq));
+  const int64_t m16 = (m + 15) / 16 * 16;  // the AMX kernel reads whole blocks of 16 rows
+  if (q_store.size() < static_cast<size_t>(m16 * kq)) q_store.resize(static_cast<size_t>(m16 * kq));
   if (scale_store.size() < static_cast<size_t>(m * groups)) {
     scale_store.resize(static_cast<size_t>(m * groups));
     sum_store.resize(static_cast<size_t>(m * groups));
@@ -238,6 +261,38 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     quantize(a + r * k, k, q + r * kq, scale + r * groups, sum + r * groups);
   const auto* w = static_cast<const uint8_t*>(packed);
 #ifdef LTM_CPU_X86
+  if (m >= kInt8AmxMinRows && kernel == int8::avx512::panel_gemm && int8_amx_enabled()) {
+    // Prefill on AMX: (panel, block of rows) items in panel order, so that a thread's items of
+    // one panel share its signed copy (amx::signed_panel); blocks are whole tiles of 16 rows.
+    const RowSplit s0 = split_rows(m, panels, threads);
+    const int64_t rows = (s0.rows + 15) / 16 * 16, blocks = (m + rows - 1) / rows;
+    const int8::QuantRows all{q, scale, sum, groups};
+#pragma omp parallel num_threads(threads)
+    {
+      static thread_local std::vector<int8_t> ws_store;
+      if (ws_store.size() < static_cast<size_t>(groups * 2048))
+        ws_store.resize(static_cast<size_t>(groups * 2048));
+      int8::amx::TileSave saved;
+      int8::amx::tiles_begin(&saved);
+      int64_t have = -1;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < panels * blocks; ++item) {
+        const int64_t j = item / blocks, r0 = (item % blocks) * rows;
+        const int64_t nr = std::min(rows, m - r0), c0 = j * kWidth;
+        const uint8_t* panel = w + j * panel_bytes(k);
+        if (have != j) {
+          int8::amx::signed_panel(panel, groups, ws_store.data());
+          have = j;
+        }
+        const int8::QuantRows ar{all.q + r0 * kq, all.scale + r0 * groups, all.sum + r0 * groups,
+                                 groups};
+        int8::amx::panel_gemm(ar, ws_store.data(), panel, c + r0 * n + c0, n, nr,
+                              std::min(kWidth, n - c0), beta);
+      }
+      int8::amx::tiles_end(&saved);
+    }
+    return;
+  }
   static const bool gemv_on = [] {
     const char* e = std::getenv("LTM_INT8_GEMV");
     return !(e != nullptr && std::string(e) == "0");

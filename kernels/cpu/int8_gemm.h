@@ -22,8 +22,10 @@
 // a CPU without VNNI), or portable C++ (int8_kernels_portable.cpp). All of them compute the same
 // integer sums; they differ only in the order of fp32 roundings (fma or not).
 // Decode (m == 1) on the VNNI kernel walks 4 panels per thread at once, as packed_gemm does
-// (LTM_INT8_GEMV=0 walks them one by one, for comparisons). No AMX-INT8 kernel yet: prefill on
-// an AMX CPU runs the AVX-512 VNNI kernel.
+// (LTM_INT8_GEMV=0 walks them one by one, for comparisons). GEMMs of kInt8AmxMinRows rows or
+// more on a CPU with AMX-INT8 run on tiles (int8_kernels_amx.cpp: each 32-deep group's exact
+// int32 tile product scaled into fp32 with AVX-512, as the VNNI kernel scales its group sums, so
+// the result is the VNNI kernel's bit for bit).
 #pragma once
 
 #include <cstddef>
@@ -61,8 +63,17 @@ void int8_packed_column(const void* packed, int64_t k, int64_t col, float* out);
 void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t n, int64_t k,
                float beta);
 
-// Which kernel int8_gemm runs on the current path: "avx512-vnni", "avx2" or "portable".
+// Which kernel int8_gemm runs on the current path: "avx512-vnni", "avx2" or "portable";
+// with m, for m rows of A: "amx-int8" where int8_amx_enabled() and m >= kInt8AmxMinRows.
 const char* int8_kernel_name();
+const char* int8_kernel_name(int64_t m);
+
+// AMX-INT8 for GEMMs of at least kInt8AmxMinRows rows of A (prefill; decode stays on the VNNI
+// kernel): on the AVX-512 path when the CPU has AMX-INT8 and AMX is on (cpu_isa.h: amx_enabled(),
+// LTM_AMX=0 and set_amx(false) turn it off with the bf16 AMX kernel). Same integer sums and the
+// same fp32 roundings as the VNNI kernel.
+inline constexpr int64_t kInt8AmxMinRows = 16;
+bool int8_amx_enabled();
 
 // Tests and references: the quantization of one row of A as int8_gemm does it. q gets
 // int8_groups(k) * 32 values (zero past k), scales one fp32 per group.

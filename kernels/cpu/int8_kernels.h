@@ -46,6 +46,25 @@ namespace avx512 {
 void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
                  float* c, int64_t cols, float beta);
 }  // namespace avx512
+// AMX-INT8 (int8_kernels_amx.cpp), outside the ISA table: an addition to the AVX-512 path for
+// prefill-sized m (int8_gemm.cpp says when).
+namespace amx {
+struct alignas(64) TileSave {
+  uint8_t bytes[64];
+};
+// Loads this kernel's tile configuration, saving the one loaded before into `saved`; tiles_end
+// puts it back (or releases the tiles if none was). One pair around each thread's share of work.
+void tiles_begin(TileSave* saved);
+void tiles_end(const TileSave* saved);
+// The panel's weight bytes (not its scales) xor 0x80, i.e. signed, group after group:
+// groups * 2048 bytes to `out`.
+void signed_panel(const uint8_t* panel, int64_t groups, int8_t* out);
+// C[m, cols] = A @ P + beta * C for one panel: `wsigned` is signed_panel's copy of it, `panel`
+// the panel itself (for its scales). A's q must hold whole blocks of 16 rows: rows m .. the next
+// multiple of 16 are read (any values) and their products dropped.
+void panel_gemm(const QuantRows& a, const int8_t* wsigned, const uint8_t* panel, float* c,
+                int64_t ldc, int64_t m, int64_t cols, float beta);
+}  // namespace amx
 #endif
 
 }  // namespace ltm::kernels::cpu::int8
