@@ -297,7 +297,12 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     const char* e = std::getenv("LTM_INT8_GEMV");
     return !(e != nullptr && std::string(e) == "0");
   }();
-  if (m == 1 && kernel == int8::avx512::panel_gemm && gemv_on) {
+  using GemvFn = void (*)(const int8::QuantRows&, const uint8_t*, int64_t, int, float*, int64_t,
+                         float);
+  const GemvFn gemv = kernel == int8::avx512::panel_gemm ? int8::avx512::gemv_panels
+                      : kernel == int8::avx2::panel_gemm ? int8::avx2::gemv_panels
+                                                         : nullptr;
+  if (m == 1 && gemv != nullptr && gemv_on) {
     // Decode: each thread takes an even share of the panels, in order, 4 at a time.
     const int nt_max = static_cast<int>(std::min<int64_t>(threads, panels));
     const int8::QuantRows ar{q, scale, sum, groups};
@@ -307,8 +312,8 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
       const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
       for (int64_t j = j0; j < j1; j += 4) {
         const int np = static_cast<int>(std::min<int64_t>(4, j1 - j));
-        int8::avx512::gemv_panels(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)),
-                                  np, c + j * kWidth, std::min(np * kWidth, n - j * kWidth), beta);
+        gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
+             std::min(np * kWidth, n - j * kWidth), beta);
       }
     }
     return;
