@@ -1,10 +1,12 @@
-// ltm-bench: prefill and decode speed of one request on this machine, each figure printed beside
-// the machine's limit (decode: weight bytes / measured memory bandwidth; prefill: FLOPs / measured
-// OpenBLAS sgemm peak). Runs alone or under mpirun with --tp/--pp like ltm-worker.
+// ltm-bench: prefill and decode speed of one request (or a batch) on this machine, each figure
+// printed beside the machine's limits measured in the same run (launcher/bench_limits.h): the read
+// rate of memory and the FMA rate of the cores, probed before and after the pass; decode is
+// bounded by bytes / read rate and by FLOPs / FMA rate, prefill by FLOPs / FMA rate. Runs alone
+// or under mpirun with --tp/--pp like ltm-worker. --limits-only measures the limits and prints the
+// model's FLOPs without loading weights (scripts/bench_serve uses it).
 //
 //   ltm-bench [--model configs/gpt2-124m.json] [--threads 2] [--prompt-tokens 512]
-//             [--new-tokens 128] [--tp T --pp P] [--json]
-#include <cblas.h>
+//             [--new-tokens 128] [--batch B] [--tp T --pp P] [--json] [--limits-only]
 #include <omp.h>
 #include <unistd.h>
 
@@ -24,14 +26,15 @@
 #include "launcher/cli_parse.h"
 
 #include "kernels/cpu/cpu_isa.h"
-#include "kernels/cpu/gemm.h"
 #include "common/exit_codes.h"
 #include "common/memory.h"
 #include "common/logging.h"
 #include "common/openmp_wait.h"
 #include "common/version.h"
+#include "launcher/bench_limits.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
+#include "runtime/model/flop_count.h"
 #include "runtime/sched/scheduler.h"
 
 namespace {
@@ -41,60 +44,37 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Read bandwidth (bytes/s): every thread streams its share of a buffer of at least 1 GiB and 8x
-// the last-level cache (as 4 concurrent streams), XOR-folding 64-bit words (integer folding vectorises without reordering
-// rules, so the loop is bound by memory, not by an add chain). Best of 5 passes.
-// (OpenBLAS's sasum, used before, reached only about half of the streaming bandwidth on Zen 3.)
-double measure_read_bandwidth(int threads) {
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = 32l << 20;
-  const size_t bytes = std::max<size_t>(size_t{1} << 30, 8 * static_cast<size_t>(llc));
-  const size_t n = bytes / sizeof(uint64_t);
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = i * 0x9e3779b97f4a7c15ull;  // each thread its pages
-  double best = 0;
-  uint64_t sink = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    uint64_t folded = 0;
-    // Each thread walks 4 parts of its share at once: one sequential stream per core leaves
-    // the memory system idle part of the time (the decode kernel streams 4 panels likewise).
-    const size_t per_thread = n / threads, part = per_thread / 4;
-#pragma omp parallel num_threads(threads) reduction(^ : folded)
-    {
-      const uint64_t* p = buf.get() + per_thread * omp_get_thread_num();
-      uint64_t f0 = 0, f1 = 0, f2 = 0, f3 = 0;
-#pragma omp simd reduction(^ : f0, f1, f2, f3)
-      for (size_t i = 0; i < part; ++i) {
-        f0 ^= p[i];
-        f1 ^= p[part + i];
-        f2 ^= p[2 * part + i];
-        f3 ^= p[3 * part + i];
-      }
-      folded ^= f0 ^ f1 ^ f2 ^ f3;
-    }
-    const double s = secs(t0, Clock::now());
-    sink ^= folded;
-    best = std::max(best, bytes / s);
-  }
-  if (sink == 42) std::printf(" ");  // keep the reads
-  return best;
+
+// The limits line's fields (JSON), and the work of one request of the bench's shape.
+nlohmann::json limits_json(const ltm::MachineLimits& m) {
+  std::vector<double> read_gb, fma_gflop;
+  for (double r : m.read_rounds) read_gb.push_back(r / 1e9);
+  for (double f : m.fma_rounds) fma_gflop.push_back(f / 1e9);
+  return {{"measurement", "limits"}, {"threads", m.threads}, {"probe_isa", m.isa},
+          {"read_bandwidth_gb_s", m.read_bytes_per_s / 1e9}, {"read_rounds_gb_s", read_gb},
+          {"fma_peak_gflop_s", m.fma_flops / 1e9}, {"fma_rounds_gflop_s", fma_gflop},
+          {"bf16_dot_peak_gflop_s", m.bf16_dot_flops / 1e9},
+          {"sgemm_peak_gflop_s", m.sgemm_flops / 1e9}};
 }
 
-// sgemm FLOP/s on square 2048 matrices, best of 3.
-double measure_sgemm_peak(int threads) {
-  const int64_t m = 2048;
-  std::vector<float> a(m * m, 0.5f), b(m * m, 0.25f), c(m * m);
-  omp_set_num_threads(threads);
-  ltm::kernels::cpu::set_blas_threads(threads);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    ltm::kernels::cpu::gemm(a.data(), b.data(), c.data(), m, m, m, false, 0.0f);
-    best = std::max(best, 2.0 * m * m * m / secs(t0, Clock::now()));
-  }
-  return best;
+nlohmann::json request_work_json(const ltm::ModelConfig& c, int prompt_tokens, int new_tokens) {
+  const double request = ltm::request_flops(c, prompt_tokens, new_tokens);
+  return {{"prefill_gflop", ltm::prefill_flops(c, prompt_tokens) / 1e9},
+          {"decode_gflop", ltm::decode_flops(c, prompt_tokens, new_tokens) / 1e9},
+          {"request_gflop", request / 1e9},
+          {"gflop_per_generated_token", request / new_tokens / 1e9}};
+}
+
+void print_limits_text(const ltm::MachineLimits& m) {
+  std::printf("limits (%d thread(s), %s path): read %.1f GB/s (rounds", m.threads, m.isa.c_str(),
+              m.read_bytes_per_s / 1e9);
+  for (double r : m.read_rounds) std::printf(" %.1f", r / 1e9);
+  std::printf("), FMA %.1f GFLOP/s (rounds", m.fma_flops / 1e9);
+  for (double f : m.fma_rounds) std::printf(" %.1f", f / 1e9);
+  std::printf(")");
+  if (m.bf16_dot_flops > 0) std::printf(", bf16 dot %.1f GFLOP/s", m.bf16_dot_flops / 1e9);
+  if (m.sgemm_flops > 0) std::printf(", OpenBLAS sgemm %.1f GFLOP/s", m.sgemm_flops / 1e9);
+  std::printf("\n");
 }
 
 }  // namespace
@@ -105,8 +85,8 @@ int main(int argc, char** argv) {
   ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
-  int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0;
-  bool json = false, skip_limits = false;
+  int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0, rounds = 1;
+  bool json = false, skip_limits = false, limits_only = false;
   po::options_description desc("ltm-bench options");
   desc.add_options()
       ("model", po::value(&o.model)->default_value(LTM_SOURCE_DIR "/configs/gpt2-124m.json"), "checkpoint folder or config .json (random weights)")
@@ -124,8 +104,10 @@ int main(int argc, char** argv) {
       ("lora", po::value(&o.lora)->composing(), "NAME=DIR: a LoRA adapter (repeatable); sequence b runs with the (b mod n)-th")
       ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")
       ("lora-max-rank", po::value(&o.lora_max_rank)->default_value(64), "adapters of a higher rank are refused")
+      ("rounds", po::value(&rounds)->default_value(1), "passes, each followed by a round of the limit probes; the best pass is reported beside the best limits")
       ("compare-base", po::value(&compare_rounds)->default_value(0), "with unmerged --lora: N rounds, each the batch on the base model then on the adapters")
-      ("skip-limits", po::bool_switch(&skip_limits), "do not measure bandwidth and sgemm peak")
+      ("skip-limits", po::bool_switch(&skip_limits), "do not measure the read rate, FMA rate and sgemm peak")
+      ("limits-only", po::bool_switch(&limits_only), "measure the limits with --threads and print the model's FLOPs for --prompt-tokens/--new-tokens; no weights loaded")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
       ("help,h", "this help")
       ("version", "print the version and exit");
@@ -141,9 +123,36 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ltm-bench: %s\n", e.c_str());
     return 2;
   }
+  if (rounds < 1 || rounds > 100 || (rounds > 1 && compare_rounds > 0)) {
+    std::fprintf(stderr, "ltm-bench: --rounds must be in [1, 100], and 1 with --compare-base\n");
+    return 2;
+  }
   if (prompt_tokens < 1 || new_tokens < 1 || batch < 1 || batch > 1024) {
     std::fprintf(stderr, "ltm-bench: --prompt-tokens and --new-tokens must be >= 1, --batch in [1, 1024]\n");
     return 2;
+  }
+  if (limits_only) {
+    auto config = ltm::load_config_for(o.model);
+    if (!config.ok()) {
+      std::fprintf(stderr, "ltm-bench: %s\n", std::string(config.status().message()).c_str());
+      return 2;
+    }
+    ltm::MachineLimits m;
+    m.threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+    m.measure(/*with_sgemm=*/false);
+    nlohmann::json j = limits_json(m);
+    j.update(request_work_json(*config, prompt_tokens, new_tokens));
+    j.update({{"model", o.model}, {"prompt_tokens", prompt_tokens}, {"new_tokens", new_tokens}});
+    if (json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      print_limits_text(m);
+      std::printf("a request of %d + %d tokens: %.2f GFLOP (prefill %.2f, decode %.2f), %.3f GFLOP a generated token\n",
+                  prompt_tokens, new_tokens, j["request_gflop"].get<double>(),
+                  j["prefill_gflop"].get<double>(), j["decode_gflop"].get<double>(),
+                  j["gflop_per_generated_token"].get<double>());
+    }
+    return 0;
   }
   o.has_prompt_ids = true;
   o.max_batch_tokens = std::max(prompt_tokens, 512);
@@ -254,6 +263,11 @@ int main(int argc, char** argv) {
     p.generated = generated;
     return p;
   };
+  // The limits are probed before the pass and after it (the best round counts); before it only
+  // when this is the one rank (other ranks would wait in follow() beside the probe).
+  ltm::MachineLimits limits;
+  limits.threads = rs.threads * rs.world->size();
+  if (!skip_limits && rs.world->size() == 1) limits.measure(/*with_sgemm=*/false);
   // --compare-base: the same batch on the base model and on the adapters, alternating, a ratio
   // per round (this machine's speed drifts; a ratio within a round does not).
   std::vector<std::pair<Pass, Pass>> compared;
@@ -272,9 +286,16 @@ int main(int argc, char** argv) {
                  base->cpu_s, lora->cpu_s, lora->cpu_s / base->cpu_s,
                  100 * lora->lora_s / lora->stage_s, lora->lora_s, lora->stage_s);
   }
+  // --rounds: passes alternating with the probes (the last round's probe runs after shutdown).
+  std::vector<Pass> passes;
   std::optional<Pass> pass;
-  if (compared.empty()) pass = run_batch(true);
-  else pass = compared.back().second;
+  for (int r = 0; compared.empty() && r < rounds; ++r) {
+    pass = run_batch(true);
+    if (!pass) break;
+    passes.push_back(*pass);
+    if (r + 1 < rounds && !skip_limits && rs.world->size() == 1) limits.measure(/*with_sgemm=*/false);
+  }
+  if (!compared.empty()) pass = compared.back().second;
   if (!pass) {
     rs.engine->shutdown();
     return 2;
@@ -287,38 +308,52 @@ int main(int argc, char** argv) {
     comm_max = std::max(comm_max, comm);
   }
   const int64_t generated = pass->generated;
-  const double prefill_tps = pass->prefill_tps;
-  const double decode_tps = pass->decode_tps;
+  double prefill_tps = pass->prefill_tps, decode_tps = pass->decode_tps;
+  for (const Pass& p : passes) {  // the best of the rounds, as the limits are
+    prefill_tps = std::max(prefill_tps, p.prefill_tps);
+    decode_tps = std::max(decode_tps, p.decode_tps);
+  }
   const uint64_t peak_rss = ltm::peak_resident_bytes();
+  if (!skip_limits) limits.measure(/*with_sgemm=*/true);
 
-  // Limits. A decode step reads every weight once (the LM head's E included) plus each
-  // sequence's K and V so far; prefill does 2 FLOPs per weight per token plus attention
-  // (QK^T and PV over the causal half).
+  // The pass's work (runtime/model/flop_count.h) and bytes. A decode step reads every weight
+  // once (the LM head's E included) plus each sequence's K and V so far.
   const int64_t d = c.n_embd, L = c.n_layer;
-  // A layer's matrices: Q, K, V, O (K and V narrower with grouped-query attention) and the MLP
-  // (GELU: 2 matrices of d x d_ff, SwiGLU: 3); 12 d^2 + 13 d for GPT-2.
-  const double layer_params = double(d) * (2.0 * c.q_width() + 2.0 * c.kv_width()) +
-                              (c.is_llama() ? 3.0 : 2.0) * d * c.n_inner +
-                              (c.is_llama() ? 0.0 : 13.0 * d);
-  const double prefill_flops = batch * (2.0 * layer_params * L * prompt_tokens +
-                                        2.0 * 2.0 * L * c.q_width() * (double(prompt_tokens) * (prompt_tokens + 1) / 2) +
-                                        2.0 * c.vocab_size * d);
+  const std::string wdtype = ltm::precision_name(rs.model->weight_precision());
+  const double prefill_flops_per_token = ltm::prefill_flops(c, prompt_tokens) / prompt_tokens;
+  const double decode_flops_per_token =
+      new_tokens > 1 ? ltm::decode_flops(c, prompt_tokens, new_tokens) / (new_tokens - 1)
+                     : ltm::decode_step_flops(c, prompt_tokens + 1);
   const double kv_bytes_per_position = 2.0 * L * c.kv_width() * ltm::precision_size(rs.kv_precision);
   const double mean_context = prompt_tokens + new_tokens / 2.0;
   const double decode_step_bytes = total_weight_bytes + batch * mean_context * kv_bytes_per_position;
-  double bandwidth = 0, peak = 0;
-  const int threads_total = rs.threads * rs.world->size();
-  if (!skip_limits) {
-    bandwidth = measure_read_bandwidth(threads_total);
-    peak = measure_sgemm_peak(threads_total);
-  }
-  const double decode_limit = bandwidth > 0 ? batch * bandwidth / decode_step_bytes : 0;
-  const double prefill_limit = peak > 0 ? peak / prefill_flops * batch * prompt_tokens : 0;
+  const double bandwidth = limits.read_bytes_per_s;
+  // Prefill: FLOPs over the compute rate of its GEMMs. Decode: each step reads its bytes and does
+  // `batch` tokens' FLOPs, so the step takes at least the longer of the two times.
+  const ltm::ComputeRoof prefill_roof = ltm::compute_roof(limits, wdtype, int64_t{batch} * prompt_tokens);
+  const ltm::ComputeRoof decode_roof = ltm::compute_roof(limits, wdtype, batch);
+  const double prefill_limit = prefill_roof.flops > 0 ? prefill_roof.flops / prefill_flops_per_token : 0;
+  const double read_limit = bandwidth > 0 ? batch * bandwidth / decode_step_bytes : 0;
+  const double decode_compute_limit = decode_roof.flops > 0 ? decode_roof.flops / decode_flops_per_token : 0;
+  const double decode_limit = read_limit > 0 && decode_compute_limit > 0
+                                  ? std::min(read_limit, decode_compute_limit)
+                                  : std::max(read_limit, decode_compute_limit);
+  const double decode_bytes_per_s = decode_tps / batch * decode_step_bytes;
+  const double prefill_gflops = prefill_tps * prefill_flops_per_token / 1e9;
+  const double decode_gflops = decode_tps * decode_flops_per_token / 1e9;
+  const double fma = limits.fma_flops / 1e9;
   const double comm_per_token_ms = generated > 0 ? 1e3 * comm_max / generated : 0;
+  auto frac = [](double x, double limit) { return limit > 0 ? x / limit : 0.0; };
+  // A limit the pass beat by more than noise is no limit: say so rather than print a ratio > 1.
+  if (bandwidth > 0 && decode_bytes_per_s > 1.05 * bandwidth)
+    std::fprintf(stderr,
+                 "ltm-bench: warning: decode moved %.1f GB/s, %.2f x the read probe's best %.1f GB/s "
+                 "(caches hold part of the weights, or the probe ran on a busier machine)\n",
+                 decode_bytes_per_s / 1e9, decode_bytes_per_s / bandwidth, bandwidth / 1e9);
   if (json) {
     const nlohmann::json common = {
         {"model", o.model}, {"n_layer", L}, {"n_embd", d}, {"n_head", c.n_head},
-        {"vocab_size", c.vocab_size}, {"weight_dtype", ltm::precision_name(rs.model->weight_precision())},
+        {"vocab_size", c.vocab_size}, {"weight_dtype", wdtype},
         {"kv_dtype", ltm::precision_name(rs.kv_precision)},
         {"backend", rs.backend->describe()}, {"isa", ltm::kernels::cpu::isa_name()},
         {"amx", ltm::kernels::cpu::amx_enabled()},
@@ -331,12 +366,15 @@ int main(int argc, char** argv) {
       j.update(common);
       std::printf("%s\n", j.dump().c_str());
     };
-    if (!skip_limits)
-      line({{"measurement", "limits"}, {"threads", threads_total},
-            {"read_bandwidth_gb_s", bandwidth / 1e9}, {"sgemm_peak_gflop_s", peak / 1e9}});
+    if (!skip_limits) line(limits_json(limits));
+    for (size_t r = 0; passes.size() > 1 && r < passes.size(); ++r)
+      line({{"measurement", "round"}, {"round", r + 1},
+            {"prefill_tokens_per_s", passes[r].prefill_tps},
+            {"decode_tokens_per_s", passes[r].decode_tps}});
     line({{"measurement", "prefill"}, {"tokens_per_s", prefill_tps},
-          {"limit_tokens_per_s", prefill_limit},
-          {"ratio", prefill_limit > 0 ? prefill_tps / prefill_limit : 0.0}});
+          {"gflop_per_token", prefill_flops_per_token / 1e9}, {"gflop_s", prefill_gflops},
+          {"fma_fraction", frac(prefill_gflops, fma)}, {"compute_roof", prefill_roof.name},
+          {"limit_tokens_per_s", prefill_limit}, {"ratio", frac(prefill_tps, prefill_limit)}});
     for (size_t r = 0; r < compared.size(); ++r)
       line({{"measurement", "lora_compare"}, {"round", r + 1},
             {"base_decode_tokens_per_s", compared[r].first.decode_tps},
@@ -346,8 +384,13 @@ int main(int argc, char** argv) {
             {"lora_stage_s", compared[r].second.stage_s},
             {"lora_products_s", compared[r].second.lora_s}});
     line({{"measurement", "decode"}, {"tokens_per_s", decode_tps},
-          {"limit_tokens_per_s", decode_limit},
-          {"ratio", decode_limit > 0 ? decode_tps / decode_limit : 0.0},
+          {"gflop_per_token", decode_flops_per_token / 1e9}, {"gflop_s", decode_gflops},
+          {"fma_fraction", frac(decode_gflops, fma)}, {"compute_roof", decode_roof.name},
+          {"bytes_per_step", decode_step_bytes}, {"read_gb_s", decode_bytes_per_s / 1e9},
+          {"read_fraction", frac(decode_bytes_per_s, bandwidth)},
+          {"read_limit_tokens_per_s", read_limit},
+          {"compute_limit_tokens_per_s", decode_compute_limit},
+          {"limit_tokens_per_s", decode_limit}, {"ratio", frac(decode_tps, decode_limit)},
           {"pass_cpu_s", pass->cpu_s},
           {"comm_ms_per_token", comm_per_token_ms}});
     return 0;
@@ -356,16 +399,33 @@ int main(int argc, char** argv) {
               o.model.c_str(), static_cast<long long>(L), static_cast<long long>(d),
               c.parameter_count() / 1e6, total_weight_bytes / 1e6, rs.world->size());
   std::printf("layout tp=%d pp=%d, %d thread(s) per rank, batch %d, weights %s, KV cache %s, %s\n",
-              o.tp, o.pp, rs.threads, batch, ltm::precision_name(rs.model->weight_precision()),
+              o.tp, o.pp, rs.threads, batch, wdtype.c_str(),
               ltm::precision_name(rs.kv_precision), rs.backend->describe().c_str());
-  std::printf("prefill %d x %d tokens: %8.1f tokens/s", batch, prompt_tokens, prefill_tps);
-  if (peak > 0)
-    std::printf("   limit %8.1f tokens/s (sgemm peak %.1f GFLOP/s)  ratio %.2f", prefill_limit,
-                peak / 1e9, prefill_tps / prefill_limit);
-  std::printf("\ndecode  %d x %d tokens: %8.1f tokens/s", batch, new_tokens, decode_tps);
-  if (bandwidth > 0)
-    std::printf("   limit %8.1f tokens/s (read bandwidth %.1f GB/s)  ratio %.2f", decode_limit,
-                bandwidth / 1e9, decode_tps / decode_limit);
+  if (!skip_limits) print_limits_text(limits);
+  for (size_t r = 0; passes.size() > 1 && r < passes.size(); ++r)
+    std::printf("round %zu: prefill %.1f tokens/s, decode %.1f tokens/s\n", r + 1,
+                passes[r].prefill_tps, passes[r].decode_tps);
+  if (passes.size() > 1) std::printf("(below: the best round)\n");
+  std::printf("prefill %d x %d tokens: %8.1f tokens/s, %.3f GFLOP a token, %.1f GFLOP/s", batch,
+              prompt_tokens, prefill_tps, prefill_flops_per_token / 1e9, prefill_gflops);
+  if (!skip_limits) {
+    std::printf(" = %.2f of the FMA roofline", frac(prefill_gflops, fma));
+    if (prefill_limit > 0)
+      std::printf("; limit %.1f tokens/s (%s)  ratio %.2f", prefill_limit, prefill_roof.name,
+                  prefill_tps / prefill_limit);
+    else
+      std::printf("; compute limit: %s", prefill_roof.name);
+  }
+  std::printf("\ndecode  %d x %d tokens: %8.1f tokens/s, %.3f GFLOP a token, %.1f GFLOP/s", batch,
+              new_tokens, decode_tps, decode_flops_per_token / 1e9, decode_gflops);
+  if (!skip_limits) {
+    std::printf(" = %.2f of the FMA roofline; read %.1f GB/s = %.2f of the read rate", frac(decode_gflops, fma),
+                decode_bytes_per_s / 1e9, frac(decode_bytes_per_s, bandwidth));
+    std::printf("\n        limit %.1f tokens/s (read %.1f", decode_limit, read_limit);
+    if (decode_compute_limit > 0) std::printf(", %s %.1f", decode_roof.name, decode_compute_limit);
+    else std::printf(", compute: %s", decode_roof.name);
+    std::printf(")  ratio %.2f", frac(decode_tps, decode_limit));
+  }
   std::printf("\ncommunication: %.3f ms per token (slowest rank); peak RSS %.1f MiB (rank 0)\n",
               comm_per_token_ms, peak_rss / 1048576.0);
   return 0;

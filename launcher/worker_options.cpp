@@ -1,5 +1,7 @@
 #include "launcher/worker_options.h"
 
+#include <filesystem>
+
 #include "launcher/lora_setup.h"
 #include "runtime/backend/backend.h"
 
@@ -65,6 +67,7 @@ po::options_description describe(WorkerOptions* o) {
       ("speculative", po::value(&o->speculative)->default_value("off"), "off | ngram | draft: speculative decoding; ngram (prompt lookup) guesses a decoding sequence's next tokens from its own prompt and output and the model verifies them in one step (same tokens as off, faster where the text repeats); draft: a small draft model (--draft-model)")
       ("spec-tokens", po::value(&o->spec_tokens)->default_value(8), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
       ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(4), "speculative decoding: only while at most this many sequences run (a bigger batch loses throughput by it)")
+      ("draft-model", po::value(&o->draft_model), "--speculative draft: the draft model, an HF folder (or a config .json: random weights) with the target's tokenizer; rank 0 runs it on the CPU and it proposes greedily")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load (CPU only)")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
@@ -204,9 +207,18 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
     return fail(absl::StrCat("--cuda-graphs must be on or off, not '", o->cuda_graphs, "'"));
   if (o->speculative != "off" && o->speculative != "ngram" && o->speculative != "draft")
     return fail(absl::StrCat("--speculative must be off, ngram or draft, not '", o->speculative, "'"));
-  if (o->speculative == "draft")
-    return fail("--speculative draft: the draft-model proposer is not implemented yet; use "
-                "--speculative ngram (prompt lookup)");
+  if (o->speculative == "draft" && o->draft_model.empty())
+    return fail("--speculative draft needs --draft-model DIR (a small model with the target's "
+                "tokenizer)");
+  if (o->speculative != "draft" && !o->draft_model.empty())
+    return fail(absl::StrCat("--draft-model is used by --speculative draft only (this is "
+                             "--speculative ", o->speculative, ")"));
+  if (!o->draft_model.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o->draft_model, ec) &&
+        !std::filesystem::is_regular_file(o->draft_model, ec))
+      return fail(absl::StrCat("--draft-model ", o->draft_model, ": no such folder or config file"));
+  }
   if (o->spec_tokens < 1 || o->spec_tokens > 64) return fail("--spec-tokens must be in [1, 64]");
   if (o->spec_max_batch < 1) return fail("--spec-max-batch must be at least 1");
   if (o->prefix_cache != "on" && o->prefix_cache != "off")

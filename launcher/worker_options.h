@@ -52,6 +52,7 @@ struct WorkerOptions {
   std::string speculative = "off";
   int32_t spec_tokens = 8;
   int32_t spec_max_batch = 4;
+  std::string draft_model;  // --speculative draft: the draft model's folder (or config .json)
   // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
   // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.
   std::string cuda_graphs;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/version.h"
@@ -32,6 +33,7 @@
 #include "runtime/sched/metrics.h"
 #include "runtime/model/npy.h"
 #include "runtime/sched/scheduler.h"
+#include "runtime/spec/draft_model.h"
 #include "runtime/text/tokenizer.h"
 #include "spdlog/spdlog.h"
 
@@ -44,16 +46,34 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-SpecOptions spec_options(const WorkerOptions& o) {
+SpecOptions spec_options(const WorkerOptions& o, std::shared_ptr<Proposer> draft) {
   SpecOptions spec;
   spec.mode = *parse_spec_mode(o.speculative);  // validated with the command line
   spec.max_tokens = o.spec_tokens;
   spec.max_batch = o.spec_max_batch;
+  spec.proposer = std::move(draft);  // --speculative draft's; ngram makes its own
   return spec;
 }
 
+// --speculative draft: the draft model, on rank 0's CPU (runtime/spec/draft_model.h).
+absl::StatusOr<std::shared_ptr<Proposer>> load_draft(const WorkerOptions& o, const RankSetup& rs) {
+  DraftModelOptions d;
+  d.dir = o.draft_model;
+  d.target_vocab = rs.model->config().vocab_size;
+  d.threads = rs.threads;
+  d.block_size = o.block_size;
+  // The sequences that speculate at once, and one more (a state dropped is recomputed).
+  d.max_sequences = std::min(o.spec_max_batch, o.max_running) + 1;
+  d.init_seed = o.init_seed;
+  d.init_std = o.init_std;
+  LTM_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelProposer> p, DraftModelProposer::load(d));
+  spdlog::info("draft model (--speculative draft): {}", p->describe());
+  return std::shared_ptr<Proposer>(std::move(p));
+}
+
 // One-shot generation on rank 0. Returns the exit code.
-int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) {
+int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
+             std::shared_ptr<Proposer> draft) {
   const ModelConfig& config = rs.model->config();
   GenerationRequest req;
   if (o.has_prompt) {
@@ -110,7 +130,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer) 
   const std::vector<int32_t> prompt_ids = req.prompt_ids;
 
   SchedulerOptions sopts{o.max_batch_tokens, o.max_running, 1};
-  sopts.spec = spec_options(o);
+  sopts.spec = spec_options(o, std::move(draft));
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
   Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
@@ -221,7 +241,8 @@ void on_signal(int sig) { g_signal.store(sig); }
 
 // Serving on rank 0. Returns the exit code.
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
-          std::unique_ptr<LoadingResponder> loading, const DescriptorPlan& descriptors) {
+          std::unique_ptr<LoadingResponder> loading, const DescriptorPlan& descriptors,
+          std::shared_ptr<Proposer> draft) {
   spdlog::info("{}", descriptors.summary);
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
@@ -230,7 +251,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
   sopts.prefix_cache = o.prefix_cache == "on";
-  sopts.spec = spec_options(o);
+  sopts.spec = spec_options(o, std::move(draft));
   const std::string kv_name = precision_name(rs.kv_precision);
   sopts.cache_salt = hash_bytes(kv_name.data(), kv_name.size());
   sopts.admission = o.admission == "deadline";
@@ -485,6 +506,16 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
                  o.tokenizer.c_str());
     code = 2;
   }
+  std::shared_ptr<Proposer> draft;
+  if (code == 0 && o.speculative == "draft" && o.perplexity.empty()) {
+    absl::StatusOr<std::shared_ptr<Proposer>> d = load_draft(o, rs);
+    if (d.ok()) {
+      draft = std::move(*d);
+    } else {
+      std::fprintf(stderr, "ltm-worker: %s\n", std::string(d.status().message()).c_str());
+      code = exit_code_for_setup(d.status());
+    }
+  }
   if (code == 0) {
     if (!o.listen.empty()) {
       if (!tokenizer) {
@@ -493,13 +524,13 @@ int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
         code = 2;
       } else {
 #ifndef LTM_GPU_ONLY
-        code = serve(o, rs, *tokenizer, std::move(loading), descriptors);
+        code = serve(o, rs, *tokenizer, std::move(loading), descriptors, std::move(draft));
 #endif
       }
     } else if (!o.perplexity.empty()) {
       code = perplexity_mode(o, rs, tokenizer ? &*tokenizer : nullptr);
     } else {
-      code = one_shot(o, rs, tokenizer ? &*tokenizer : nullptr);
+      code = one_shot(o, rs, tokenizer ? &*tokenizer : nullptr, std::move(draft));
     }
   }
   rs.engine->shutdown();

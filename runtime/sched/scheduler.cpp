@@ -192,6 +192,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, absl::Status status) 
   }
   blocks_.release(seq->blocks);
   seq->blocks.clear();
+  if (proposer_) proposer_->release(seq->id);  // a draft model's K/V for it
   {
     // One line per request (debug level: ltm-worker -v): its id is in the line's context.
     LogRequestScope scope(seq->req.request_id);
@@ -330,6 +331,7 @@ bool Scheduler::submit_plan() {
   plan->t_submit = now();
   std::vector<Sequence*>& batch = plan->batch;
   const bool speculate = speculating();
+  if (speculate) propose_drafts(max_seqs);  // every decoding sequence's drafts, at once
   // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
   // newest one that is not in flight (possibly this very sequence), or with deadline-aware
   // admission one that keeps its deadline when the newest would not (pick_victim).
@@ -341,8 +343,10 @@ bool Scheduler::submit_plan() {
       continue;
     }
     const int32_t pending = static_cast<int32_t>(seq->tokens.size()) - seq->n_computed;
-    seq->drafts.clear();
-    if (speculate && pending == 1) plan_drafts(seq, budget - 1);  // decoding: drafts to verify
+    if (speculate && pending == 1)
+      plan_drafts(seq, budget - 1);  // decoding: the drafts proposed, to verify
+    else
+      seq->drafts.clear();
     const int32_t chunk = std::min(pending + static_cast<int32_t>(seq->drafts.size()), budget);
     const int32_t need = blocks_for(seq->n_computed + chunk, block_size_) -
                          static_cast<int32_t>(seq->blocks.size());

@@ -144,7 +144,10 @@ class Scheduler final : public RequestSink {
   void publish_loads();
   // Speculative decoding (scheduler_spec.cpp). Whether this plan's decoding sequences speculate.
   bool speculating() const;
-  // A decoding sequence's drafts for this step (seq->drafts, at most max_drafts), or none.
+  // The drafts of the (at most max_seqs) sequences this plan takes first that decode, from one
+  // propose_all call, into seq->drafts.
+  void propose_drafts(int64_t max_seqs);
+  // A decoding sequence's drafts for this step: those proposed, at most max_drafts, or none.
   void plan_drafts(Sequence* seq, int32_t max_drafts);
   // Its 1 + drafts logit rows, for batch rows row0 .. row0 + drafts.
   void add_draft_rows(Sequence* seq, int32_t row0, StepPlan* step, InFlightPlan* plan);

@@ -17,24 +17,45 @@ bool Scheduler::speculating() const {
   return proposer_ != nullptr && static_cast<int32_t>(running_.size()) <= options_.spec.max_batch;
 }
 
+void Scheduler::propose_drafts(int64_t max_seqs) {
+  // The sequences the plan will take first (submit_plan's first loop: running, not in flight),
+  // those that decode: how many drafts each wants, then every proposal in one call (a draft
+  // model runs them as one batch per draft token).
+  std::vector<DraftRequest> requests;
+  std::vector<std::pair<Sequence*, int32_t>> wanted;
+  int64_t seen = 0;
+  for (auto& it : running_) {
+    Sequence* seq = it.get();
+    if (seq->busy) continue;
+    seq->drafts.clear();  // none left from a step that did not take it
+    if (seen++ >= max_seqs) continue;
+    const int32_t n = static_cast<int32_t>(seq->tokens.size());
+    if (n - seq->n_computed != 1) continue;  // in prefill
+    // Drafts past the last token the request may still generate, or past the context window,
+    // are never used: at most remaining - 1 (the step's last row adds one more token).
+    const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
+                                       static_cast<int32_t>(config_.n_positions) - n);
+    double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.1;
+    if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
+      const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
+      token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
+    }
+    const int32_t k = std::min(seq->draft_length.next(token_cost), remaining - 1);
+    if (k <= 0) continue;
+    requests.push_back({seq->id, seq->tokens, seq->n_prompt, k, &seq->drafts});
+    wanted.emplace_back(seq, k);
+  }
+  if (requests.empty()) return;
+  proposer_->propose_all(requests);
+  for (auto& [seq, k] : wanted)
+    if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
+}
+
 void Scheduler::plan_drafts(Sequence* seq, int32_t max_drafts) {
-  seq->drafts.clear();
   seq->drafts_accepted = 0;
   seq->draft_rejected = false;
-  const int32_t n = static_cast<int32_t>(seq->tokens.size());
-  // Drafts past the last token the request may still generate, or past the context window, are
-  // never used: at most remaining - 1 (the step's last row adds one more token).
-  const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
-                                     static_cast<int32_t>(config_.n_positions) - n);
-  double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.1;
-  if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
-    const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
-    token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
-  }
-  int32_t k = std::min({seq->draft_length.next(token_cost), max_drafts, remaining - 1});
-  if (k <= 0) return;
-  proposer_->propose(seq->tokens, seq->n_prompt, k, &seq->drafts);
-  if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
+  if (static_cast<int32_t>(seq->drafts.size()) > max_drafts)
+    seq->drafts.resize(static_cast<size_t>(std::max(0, max_drafts)));
   // Drafts must not make room by preempting another sequence: only blocks that are free now.
   const int32_t need = blocks_for(seq->n_computed + 1 + static_cast<int32_t>(seq->drafts.size()),
                                   block_size_) -

@@ -24,6 +24,10 @@ absl::StatusOr<SpecMode> parse_spec_mode(const std::string& s) {
       absl::StrCat("--speculative must be off, ngram or draft, not '", s, "'"));
 }
 
+void Proposer::propose_all(std::span<const DraftRequest> requests) {
+  for (const DraftRequest& r : requests) propose(r.tokens, r.n_prompt, r.max_tokens, r.out);
+}
+
 void NgramProposer::propose(std::span<const int32_t> tokens, int32_t /*n_prompt*/,
                             int32_t max_tokens, std::vector<int32_t>* out) {
   const int64_t size = static_cast<int64_t>(tokens.size());

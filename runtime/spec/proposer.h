@@ -37,6 +37,15 @@ const char* spec_mode_name(SpecMode m);
 // "off" | "ngram" | "draft"; InvalidArgument naming the flag otherwise.
 absl::StatusOr<SpecMode> parse_spec_mode(const std::string& s);
 
+// One sequence's share of Proposer::propose_all.
+struct DraftRequest {
+  uint64_t seq_id = 0;  // the scheduler's id of the sequence: what a stateful proposer keys by
+  std::span<const int32_t> tokens;  // prompt + generated so far
+  int32_t n_prompt = 0;
+  int32_t max_tokens = 0;
+  std::vector<int32_t>* out = nullptr;  // the guesses are appended here
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -44,6 +53,12 @@ class Proposer {
   // far, `n_prompt` of them the prompt) to *out; fewer, or none, when it has no good guess.
   virtual void propose(std::span<const int32_t> tokens, int32_t n_prompt, int32_t max_tokens,
                        std::vector<int32_t>* out) = 0;
+  // The guesses of every sequence that decodes in this step, at once (a draft model runs them as
+  // one batch per draft token: DraftModelProposer). The default: propose() for each.
+  virtual void propose_all(std::span<const DraftRequest> requests);
+  // Sequence `seq_id` has ended (finished, cancelled, failed): whatever the proposer keeps for
+  // it can go. The default keeps nothing.
+  virtual void release(uint64_t seq_id) { (void)seq_id; }
 };
 
 // Prompt lookup: the last n tokens (n from max_ngram down to min_ngram) are looked up among the

@@ -1,11 +1,15 @@
-"""Speculative decoding (--speculative ngram, issue 22) gives the tokens of --speculative off in
-every layout: models/kjv-small, a prompt that quotes a verse the answer repeats (so drafts are
-proposed, accepted and rejected), greedy and seeded sampling, one rank, tp 2, pp 2 and tp 2 x pp 2
-under mpirun; the one-shot JSON counts the drafts. Bad values of the flags are refused by name."""
+"""Speculative decoding (--speculative ngram and draft, issue 22) gives the tokens of
+--speculative off in every layout: models/kjv-small, a prompt that quotes a verse the answer
+repeats (so drafts are proposed, accepted and rejected), greedy and seeded sampling, one rank,
+tp 2, pp 2 and tp 2 x pp 2 under mpirun; the one-shot JSON counts the drafts. The draft models:
+kjv-small itself (its greedy guesses are the target's: all accepted), its first block alone
+(ltm_testing.draft_models.truncated_copy: often accepted) and a random GPT-2 of its vocabulary
+(mostly rejected). Bad values of the flags are refused by name."""
 import os
 
 import pytest
 
+from ltm_testing.draft_models import random_draft, truncated_copy
 from ltm_testing.worker import generate_json, run_worker
 
 MODEL = os.path.join(os.environ.get("LTM_SOURCE_DIR", ""), "models", "kjv-small")
@@ -39,9 +43,54 @@ def test_ngram_gives_the_tokens_of_off_in_every_layout(sampling):
         assert spec["accepted_tokens"] >= 12, (tp, pp, spec)
 
 
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("drafts")
+    return {"self": MODEL,
+            "first-block": truncated_copy(MODEL, str(base / "first-block"), 1),
+            "random": random_draft(str(base / "random"), 4096)}
+
+
+@pytest.mark.parametrize("draft", ["self", "first-block", "random"])
+def test_a_draft_model_gives_the_tokens_of_off_in_every_layout(drafts, draft):
+    base = run(1, 1, "off")
+    for tp, pp in LAYOUTS[:3]:
+        got = run(tp, pp, "draft", "--draft-model", drafts[draft])
+        assert got["generated_ids"] == base["generated_ids"], (draft, tp, pp)
+        spec = got["speculative"]
+        print(f"{draft} tp={tp} pp={pp}: {spec}")
+        assert spec["mode"] == "draft"
+        assert spec["proposed_tokens"] > 0, spec
+        if draft == "self":  # the target's own greedy guesses (up to a k + 1-row step's rounding)
+            assert spec["accepted_tokens"] >= 0.9 * spec["proposed_tokens"], spec
+            assert spec["accepted_tokens"] >= 30, spec
+        elif draft == "first-block":
+            assert 0 < spec["accepted_tokens"] < spec["proposed_tokens"], spec
+        else:
+            assert spec["accepted_tokens"] < spec["proposed_tokens"] / 2, spec
+
+
+def test_a_draft_model_keeps_sampled_output(drafts):
+    """A greedy draft is a deterministic proposal: seeded sampling gives the tokens of off."""
+    sampling = ["--temperature", "0.8", "--top-k", "40", "--seed", "11"]
+    base = run(1, 1, "off", *sampling)
+    for tp, pp in [(1, 1), (2, 1)]:
+        got = run(tp, pp, "draft", "--draft-model", drafts["first-block"], *sampling)
+        assert got["generated_ids"] == base["generated_ids"], (tp, pp)
+        assert 0 < got["speculative"]["accepted_tokens"], got["speculative"]
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--speculative", "lookup"], "--speculative must be off, ngram or draft"),
-    (["--speculative", "draft"], "not implemented"),
+    (["--speculative", "draft"], "--speculative draft needs --draft-model DIR"),
+    (["--speculative", "ngram", "--draft-model", MODEL],
+     "--draft-model is used by --speculative draft only"),
+    (["--draft-model", MODEL], "--draft-model is used by --speculative draft only"),
+    (["--speculative", "draft", "--draft-model", "/nonexistent/draft"],
+     "--draft-model /nonexistent/draft: no such folder or config file"),
+    (["--speculative", "draft", "--draft-model",
+      os.path.join(os.environ.get("LTM_SOURCE_DIR", ""), "configs", "gpt2-124m.json")],
+     "has a vocabulary of 50257 tokens and the target (--model) one of 4096"),
     (["--speculative", "ngram", "--spec-tokens", "0"], "--spec-tokens must be in [1, 64]"),
     (["--speculative", "ngram", "--spec-max-batch", "0"], "--spec-max-batch must be at least 1"),
 ])
@@ -52,9 +101,12 @@ def test_bad_flags_are_refused_by_name(flags, message):
     assert message in p.stderr, p.stderr
 
 
-def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens():
-    """tp 2 serving with --speculative ngram: concurrent greedy calls give the one-shot tokens of
-    off, and /metrics counts the drafts (server totals and the per-request histogram)."""
+@pytest.mark.parametrize("spec", [["ngram"], ["draft", "--draft-model", MODEL]],
+                         ids=["ngram", "draft"])
+def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens(spec):
+    """tp 2 serving with --speculative ngram or draft (kjv-small its own draft): concurrent greedy
+    calls give the one-shot tokens of off, and /metrics counts the drafts (server totals and the
+    per-request histogram)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ltm_testing.http import HttpServer
@@ -62,7 +114,7 @@ def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens():
     base = run(1, 1, "off")
     want = base["generated_ids"]
     with HttpServer(MODEL, ranks=2, tp=2, pp=1,
-                    extra=["--speculative", "ngram", "--spec-max-batch", "4"]) as srv:
+                    extra=["--speculative", *spec, "--spec-max-batch", "4"]) as srv:
         client = srv.client()
 
         def call(_):
