@@ -7,7 +7,8 @@
 // broadcast: the classic AVX2 shape, FMA-bound), 2 rows x 32 columns, 3-5 rows x 16 columns.
 // Every tile has at least 6 independent accumulators, enough to hide the FMA latency (4 cycles,
 // 2 ports). As in the AVX-512 kernel, B is walked in chunks of kKChunk rows that stay in L1 while
-// all the row groups of A use them, and the first row group prefetches the chunk from memory.
+// all the row groups of A use them, and the first row group prefetches the chunk from memory:
+// the walk and the entry points are panel_loops.inc's, included at the end.
 #if defined(__x86_64__) || defined(__i386__)
 #if !(defined(__AVX2__) && defined(__FMA__))
 #error "packed_gemm_avx2.cpp needs -mavx2 -mfma (kernels/CMakeLists.txt)"
@@ -27,6 +28,9 @@ namespace {
 constexpr int64_t kWidth = 64;                // kPanelWidth
 constexpr int64_t kPrefetch = 8;              // panel rows prefetched ahead by the first rows
 constexpr int64_t kKChunk = PG_AVX2_KCHUNK;  // [64 x 64] floats = 16 KB: half of Zen 3's L1
+constexpr int64_t kKChunk16 = kKChunk;        // 16-bit panels: rows converted per chunk
+constexpr int kMaxRows = 6;                   // rows of A per row group (panel_loops.inc)
+constexpr bool kL2Next = false;               // no L2 stream of the next chunk
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -95,31 +99,15 @@ inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_
                         prefetch && s == 0);
 }
 
-template <bool kMasked>
-void nt_rows(const float* a, int64_t lda, const float* panel, float* c, int64_t ldc, int64_t m,
-             int64_t k, int64_t cols, float beta, const __m256i* mk) {
-  int64_t p0 = 0;
-  do {
-    const int64_t kc = min_i(kKChunk, k - p0);
-    const float* bp = panel + p0 * kWidth;
-    const float bt = p0 == 0 ? beta : 1.0f;
-    for (int64_t i = 0; i < m;) {
-      const float* ai = a + i * lda + p0;
-      float* ci = c + i * ldc;
-      const bool pf = i == 0;  // the first row group pulls the B chunk from memory
-      const int64_t rows = min_i(m - i, 6);
-      switch (rows) {
-        case 6: strips<6, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
-        case 5: strips<5, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
-        case 4: strips<4, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
-        case 3: strips<3, 2, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
-        case 2: strips<2, 4, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, cols, pf); break;
-        default: tile<1, 8, kMasked>(ai, lda, bp, ci, ldc, kc, bt, mk, pf); break;
-      }
-      i += rows;
-    }
-    p0 += kc;
-  } while (p0 < k);
+// The walk's row group (panel_loops.inc): R rows of A in strips of the panel, 6 x 16 (3-5 rows
+// likewise), 2 x 32, 1 x 64. This kernel takes no L2 stream (kL2Next).
+// Not inlined: inside the walk GCC ran short of registers for the tile's loop.
+template <int R, bool kMasked, typename L2>
+[[gnu::noinline]] void row_group(const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                      int64_t k, float beta, const __m256i* mk, int64_t cols, bool prefetch,
+                      const L2&) {
+  constexpr int V = R >= 3 ? 2 : 8 / R;
+  strips<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, cols, prefetch);
 }
 
 
@@ -215,16 +203,18 @@ inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c,
   store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
 }
 
+// panel_loops.inc's decode path for 16-bit panels: m <= 2, read and converted in registers.
 template <bool kMasked, bool kF16>
-void nt_rows16(const float* a, int64_t lda, const uint16_t* panel, float* c, int64_t ldc,
-               int64_t m, int64_t k, int64_t cols, float beta, const __m256i* mk) {
+bool decode16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m, int64_t k,
+              int64_t cols, float beta, const __m256i* mk) {
+  const int64_t lda = k;
   if (m == 1) {
     if constexpr (kF16) {
       tile16<1, 8, kMasked, kF16>(a, lda, panel, c, ldc, k, beta, mk, true);
     } else {
       tile_pairs<1, 8, kMasked>(a, lda, panel, c, ldc, k, beta, mk, true);
     }
-    return;
+    return true;
   }
   if (m == 2) {
     for (int64_t s = 0; s * 32 < cols; ++s) {
@@ -236,35 +226,13 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* panel, float* c, int
                                   s == 0);
       }
     }
-    return;
+    return true;
   }
-  alignas(32) float scratch[kKChunk * kWidth];
-  int64_t p0 = 0;
-  do {
-    const int64_t kc = min_i(kKChunk, k - p0);
-    if constexpr (kF16) {
-      f16_to_f32_n(panel + p0 * kWidth, scratch, kc * kWidth);
-    } else {
-      bf16_pairs_to_f32(panel + p0 * kWidth, scratch, kc);  // p0 even: pair row p0 / 2
-    }
-    const float bt = p0 == 0 ? beta : 1.0f;
-    for (int64_t i = 0; i < m;) {
-      const float* ai = a + i * lda + p0;
-      float* ci = c + i * ldc;
-      const int64_t rows = min_i(m - i, 6);
-      switch (rows) {
-        case 6: strips<6, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
-        case 5: strips<5, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
-        case 4: strips<4, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
-        case 3: strips<3, 2, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
-        case 2: strips<2, 4, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, cols, false); break;
-        default: tile<1, 8, kMasked>(ai, lda, scratch, ci, ldc, kc, bt, mk, false); break;
-      }
-      i += rows;
-    }
-    p0 += kc;
-  } while (p0 < k);
+  return false;
 }
+
+using Mask = __m256i;
+constexpr int kMasks = 8;
 
 void column_masks(int64_t cols, __m256i* mk) {
   for (int v = 0; v < 8; ++v) {
@@ -274,44 +242,9 @@ void column_masks(int64_t cols, __m256i* mk) {
   }
 }
 
-template <bool kF16>
-void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                  int64_t k, int64_t cols, float beta) {
-  if (cols == kWidth) {
-    nt_rows16<false, kF16>(a, k, panel, c, ldc, m, k, cols, beta, nullptr);
-    return;
-  }
-  __m256i mk[8];
-  column_masks(cols, mk);
-  nt_rows16<true, kF16>(a, k, panel, c, ldc, m, k, cols, beta, mk);
-}
-
 }  // namespace
-
-void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t k,
-                int64_t cols, float beta) {
-  if (cols == kWidth) {
-    nt_rows<false>(a, k, panel, c, ldc, m, k, cols, beta, nullptr);
-    return;
-  }
-  __m256i mk[8];
-  for (int v = 0; v < 8; ++v) {
-    alignas(32) int32_t lanes[8];
-    for (int j = 0; j < 8; ++j) lanes[j] = 8 * v + j < cols ? -1 : 0;
-    mk[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  }
-  nt_rows<true>(a, k, panel, c, ldc, m, k, cols, beta, mk);
-}
-
-void panel_gemm_bf16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                     int64_t k, int64_t cols, float beta) {
-  panel_gemm16<false>(a, panel, c, ldc, m, k, cols, beta);
-}
-
-void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                    int64_t k, int64_t cols, float beta) {
-  panel_gemm16<true>(a, panel, c, ldc, m, k, cols, beta);
-}
-
 }  // namespace ltm::kernels::cpu::avx2
+
+#define LTM_ISA_NS avx2
+#include "kernels/cpu/panel_loops.inc"
 #endif

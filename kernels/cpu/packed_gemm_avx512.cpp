@@ -29,7 +29,8 @@ inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 #ifndef PG_L2_NEXT
 #define PG_L2_NEXT 1  // 0: no prefetch of the next chunk of B (next_chunk_share), for comparisons
 #endif
-constexpr bool g_l2_next = PG_L2_NEXT != 0;
+constexpr bool kL2Next = PG_L2_NEXT != 0;
+constexpr int64_t kKChunk16 = kKChunk;  // 16-bit panels: rows converted per chunk
 
 // C[R rows, 64 cols] (masked by mk[] when kMasked) = acc + beta * C: every tile's epilogue.
 template <int R, bool kMasked>
@@ -49,18 +50,13 @@ inline void store_tile(const __m512 (&acc)[R][4], float* c, int64_t ldc, float b
   }
 }
 
-// C[R rows, 64 cols] (masked by mk[]) = A[R, k] @ P + beta * C for one panel P [k, 64].
-// L2 prefetch stream of a tile: `lines` cache lines from `base`, `per_step` of them per k step.
-struct L2Stream {
-  const char* base = nullptr;
-  int64_t lines = 0;
-  int64_t per_step = 0;
-};
-
-template <int R, bool kMasked>
+// C[R rows, 64 cols] (masked by mk[]) = A[R, k] @ P + beta * C for one panel P [k, 64]; l2:
+// panel_loops.inc's L2Stream, `per_step` of its `lines` cache lines from `base` pulled into L2
+// per k step.
+template <int R, bool kMasked, typename L2>
 inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                     int64_t ldc, int64_t k, float beta, const __mmask16* mk, bool prefetch,
-                    L2Stream l2 = {}) {
+                    const L2& l2) {
   __m512 acc[R][4];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -107,55 +103,13 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
   store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
-// While the row groups after the first compute on a chunk of B (from L1), the memory system is
-// idle: they pull the next chunk (bytes at `next`) into L2, each group a share of its lines, so
-// the first row group of the next chunk reads L2 instead of memory. At m = 32 that group is a
-// sixth of the arithmetic but ran at memory speed.
-inline L2Stream next_chunk_share(const void* next, int64_t bytes, int64_t group, int64_t groups,
-                                 int64_t kc) {
-  if (groups < 2 || group == 0 || kc <= 0) return {};
-  const int64_t lines = bytes / 64, share = (lines + groups - 2) / (groups - 1);
-  const int64_t first = (group - 1) * share;
-  if (first >= lines) return {};
-  L2Stream s;
-  s.base = static_cast<const char*>(next) + first * 64;
-  s.lines = share < lines - first ? share : lines - first;
-  s.per_step = (s.lines + kc - 1) / kc;
-  return s;
-}
-
-// B is walked in chunks of kKChunk rows ([kKChunk x 64] = 32 KB stays in L1 while every row
-// group of A uses it); C accumulates across chunks.
-template <bool kMasked>
-void nt_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-             int64_t m, int64_t k, float beta, const __mmask16* mk) {
-  int64_t p0 = 0;
-  do {
-    const int64_t kc = min_i(kKChunk, k - p0);
-    const float* bp = b + p0 * ldb;
-    const float bt = p0 == 0 ? beta : 1.0f;
-    const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
-    // The next chunk: this panel's next rows, or (after its last) the next panel, which follows
-    // this one in memory (ldb == panel width); a prefetch past the weights is harmless.
-    const float* next = b + (p0 + kc) * ldb;
-    const int64_t next_bytes = min_i(kKChunk, p0 + kc < k ? k - p0 - kc : kKChunk) * ldb * 4;
-    for (int64_t i = 0; i < m; i += kMaxRows) {
-      const float* ai = a + i * lda + p0;
-      float* ci = c + i * ldc;
-      const bool pf = i == 0;  // the first row group pulls the B chunk from memory
-      const L2Stream l2 =
-          g_l2_next ? next_chunk_share(next, next_bytes, i / kMaxRows, groups, kc) : L2Stream{};
-      switch (min_i(m - i, kMaxRows)) {
-        case 6: nt_tile<6, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-        case 5: nt_tile<5, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-        case 4: nt_tile<4, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-        case 3: nt_tile<3, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-        case 2: nt_tile<2, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-        default: nt_tile<1, kMasked>(ai, lda, bp, ldb, ci, ldc, kc, bt, mk, pf, l2); break;
-      }
-    }
-    p0 += kc;
-  } while (p0 < k);
+// The walk's row group (panel_loops.inc): one 6 x 64 tile (or fewer rows).
+// Not inlined: inside the walk GCC ran short of registers for the tile's loop.
+template <int R, bool kMasked, typename L2>
+[[gnu::noinline]] void row_group(const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                      int64_t k, float beta, const __mmask16* mk, int64_t, bool prefetch,
+                      const L2& l2) {
+  nt_tile<R, kMasked>(a, lda, b, kWidth, c, ldc, k, beta, mk, prefetch, l2);
 }
 
 
@@ -264,23 +218,23 @@ inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float*
   store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
+// panel_loops.inc's decode path for 16-bit panels: one row group (m <= kMaxRows), read and
+// converted in registers.
 template <bool kMasked, bool kF16>
-void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
-               int64_t k, float beta, const __mmask16* mk) {
+bool decode16(const float* a, const uint16_t* b, float* c, int64_t ldc, int64_t m, int64_t k,
+              int64_t, float beta, const __mmask16* mk) {
+  if (m > kMaxRows) return false;
+  const int64_t lda = k;
   if constexpr (!kF16) {
-    if (m <= kMaxRows) {
-      switch (m) {
-        case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-        default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      }
-      return;
+    switch (m) {
+      case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
     }
-  }
-  if (m <= kMaxRows) {
+  } else {
     switch (m) {
       case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
       case 5: nt_tile16<5, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
@@ -289,39 +243,12 @@ void nt_rows16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t
       case 2: nt_tile16<2, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
       default: nt_tile16<1, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
     }
-    return;
   }
-  alignas(64) float scratch[kKChunk * kWidth];
-  int64_t p0 = 0;
-  do {
-    const int64_t kc = min_i(kKChunk, k - p0);
-    if constexpr (kF16) {
-      f16_to_f32_n(b + p0 * kWidth, scratch, kc * kWidth);
-    } else {
-      bf16_pairs_to_f32(b + p0 * kWidth, scratch, kc);  // p0 even: pair row p0 / 2
-    }
-    const float bt = p0 == 0 ? beta : 1.0f;
-    const int64_t groups = (m + kMaxRows - 1) / kMaxRows;
-    const uint16_t* next = b + (p0 + kc) * kWidth;  // as nt_rows: this panel's or the next one's
-    const int64_t next_bytes = min_i(kKChunk, p0 + kc < k ? k - p0 - kc : kKChunk) * kWidth * 2;
-    for (int64_t i = 0; i < m; i += kMaxRows) {
-      const float* ai = a + i * lda + p0;
-      float* ci = c + i * ldc;
-      // Group 0 no longer pulls anything (the conversion did); every group shares the prefetch.
-      const L2Stream l2 = g_l2_next
-          ? next_chunk_share(next, next_bytes, i / kMaxRows + 1, groups + 1, kc) : L2Stream{};
-      switch (min_i(m - i, kMaxRows)) {
-        case 6: nt_tile<6, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-        case 5: nt_tile<5, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-        case 4: nt_tile<4, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-        case 3: nt_tile<3, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-        case 2: nt_tile<2, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-        default: nt_tile<1, kMasked>(ai, lda, scratch, kWidth, ci, ldc, kc, bt, mk, false, l2); break;
-      }
-    }
-    p0 += kc;
-  } while (p0 < k);
+  return true;
 }
+
+using Mask = __mmask16;
+constexpr int kMasks = 4;
 
 void column_masks(int64_t cols, __mmask16* mk) {
   for (int v = 0; v < 4; ++v) {
@@ -331,44 +258,7 @@ void column_masks(int64_t cols, __mmask16* mk) {
   }
 }
 
-template <bool kF16>
-void panel_gemm16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                  int64_t k, int64_t cols, float beta) {
-  if (cols == kWidth) {
-    nt_rows16<false, kF16>(a, k, panel, c, ldc, m, k, beta, nullptr);
-    return;
-  }
-  __mmask16 mk[4];
-  column_masks(cols, mk);
-  nt_rows16<true, kF16>(a, k, panel, c, ldc, m, k, beta, mk);
-}
-
 }  // namespace
-
-void panel_gemm(const float* a, const float* panel, float* c, int64_t ldc, int64_t m, int64_t k,
-                int64_t cols, float beta) {
-  if (cols == kWidth) {
-    nt_rows<false>(a, k, panel, kWidth, c, ldc, m, k, beta, nullptr);
-    return;
-  }
-  __mmask16 mk[4];
-  for (int v = 0; v < 4; ++v) {
-    const int64_t left = cols - 16 * v;
-    const int64_t n = left < 0 ? 0 : (left > 16 ? 16 : left);
-    mk[v] = static_cast<__mmask16>((1u << n) - 1u);
-  }
-  nt_rows<true>(a, k, panel, kWidth, c, ldc, m, k, beta, mk);
-}
-
-void panel_gemm_bf16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                     int64_t k, int64_t cols, float beta) {
-  panel_gemm16<false>(a, panel, c, ldc, m, k, cols, beta);
-}
-
-void panel_gemm_f16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m,
-                    int64_t k, int64_t cols, float beta) {
-  panel_gemm16<true>(a, panel, c, ldc, m, k, cols, beta);
-}
 
 // ---- Decode (one row of A) over several panels at once ----
 //
@@ -475,4 +365,7 @@ void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t
 }
 
 }  // namespace ltm::kernels::cpu::avx512
+
+#define LTM_ISA_NS avx512
+#include "kernels/cpu/panel_loops.inc"
 #endif

@@ -32,6 +32,18 @@ constexpr int kMaxRows = 6;      // rows of A per register tile: 6 x 4 accumulat
 // every row group of the block multiplies it.
 constexpr int64_t kChunk = 64;
 
+inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
+
+}  // namespace
+}  // namespace ltm::kernels::cpu::avx512::bf16dot
+
+#define LTM_ISA_NS avx512::bf16dot
+#define LTM_PANEL_WALK_ONLY
+#include "kernels/cpu/panel_loops.inc"
+
+namespace ltm::kernels::cpu::avx512::bf16dot {
+namespace {
+
 template <int R>
 inline void tile(const uint16_t* a16, int64_t kpad, const uint16_t* panel, int64_t q0,
                  int64_t q1, float* c, int64_t ldc, float beta, const __mmask16* mk) {
@@ -103,23 +115,10 @@ void panel_gemm_bf16(const uint16_t* a16, int64_t kpad, const uint16_t* panel, f
     mk[v] = static_cast<__mmask16>((1u << n) - 1u);
   }
   // A16's zeros past k meet the panel's zero pad row when k is odd, so whole pairs are exact.
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t q0 = 0; q0 < pairs; q0 += kChunk) {
-    const int64_t q1 = q0 + kChunk < pairs ? q0 + kChunk : pairs;
-    const float bt = q0 == 0 ? beta : 1.0f;
-    for (int64_t i = 0; i < m; i += kMaxRows) {
-      const uint16_t* ai = a16 + i * kpad;
-      float* ci = c + i * ldc;
-      switch (m - i < kMaxRows ? m - i : kMaxRows) {
-        case 6: tile<6>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-        case 5: tile<5>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-        case 4: tile<4>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-        case 3: tile<3>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-        case 2: tile<2>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-        default: tile<1>(ai, kpad, panel, q0, q1, ci, ldc, bt, mk); break;
-      }
-    }
-  }
+  // panel_loops.inc's walk, in pair rows: chunks of kChunk, groups of kMaxRows rows.
+  walk_chunks(m, (k + 1) / 2, kChunk, beta, [](int64_t, int64_t) {}, [&]<int R>(const Group& g) {
+    tile<R>(a16 + g.row * kpad, kpad, panel, g.p0, g.p0 + g.kc, c + g.row * ldc, ldc, g.beta, mk);
+  });
 }
 
 }  // namespace ltm::kernels::cpu::avx512::bf16dot
