@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   ltm::log_to_stderr();
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
-  int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0;
+  int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0, rounds = 1;
   bool json = false, skip_limits = false, limits_only = false, step_cost = false;
   ltm::StepCostOptions sc;
   po::options_description desc("ltm-bench options");
@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
       ("lora", po::value(&o.lora)->composing(), "NAME=DIR: a LoRA adapter (repeatable); sequence b runs with the (b mod n)-th")
       ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")
       ("lora-max-rank", po::value(&o.lora_max_rank)->default_value(64), "adapters of a higher rank are refused")
+      ("rounds", po::value(&rounds)->default_value(1), "passes, each followed by a round of the limit probes; the best pass is reported beside the best limits")
       ("compare-base", po::value(&compare_rounds)->default_value(0), "with unmerged --lora: N rounds, each the batch on the base model then on the adapters")
       ("step-cost", po::bool_switch(&step_cost), "instead: a forward step's time against its rows (speculative decoding's token_cost; launcher/step_cost.h)")
       ("step-cost-context", po::value(&sc.context)->default_value(96), "--step-cost: tokens in the cache before the step")
@@ -127,6 +128,10 @@ int main(int argc, char** argv) {
   }
   if (std::string e = ltm::check_lora_options(o); !e.empty()) {
     std::fprintf(stderr, "ltm-bench: %s\n", e.c_str());
+    return 2;
+  }
+  if (rounds < 1 || rounds > 100 || (rounds > 1 && compare_rounds > 0)) {
+    std::fprintf(stderr, "ltm-bench: --rounds must be in [1, 100], and 1 with --compare-base\n");
     return 2;
   }
   if (prompt_tokens < 1 || new_tokens < 1 || batch < 1 || batch > 1024) {
@@ -299,9 +304,16 @@ int main(int argc, char** argv) {
                  base->cpu_s, lora->cpu_s, lora->cpu_s / base->cpu_s,
                  100 * lora->lora_s / lora->stage_s, lora->lora_s, lora->stage_s);
   }
+  // --rounds: passes alternating with the probes (the last round's probe runs after shutdown).
+  std::vector<Pass> passes;
   std::optional<Pass> pass;
-  if (compared.empty()) pass = run_batch(true);
-  else pass = compared.back().second;
+  for (int r = 0; compared.empty() && r < rounds; ++r) {
+    pass = run_batch(true);
+    if (!pass) break;
+    passes.push_back(*pass);
+    if (r + 1 < rounds && !skip_limits && rs.world->size() == 1) limits.measure(/*with_sgemm=*/false);
+  }
+  if (!compared.empty()) pass = compared.back().second;
   if (!pass) {
     rs.engine->shutdown();
     return 2;
@@ -314,8 +326,11 @@ int main(int argc, char** argv) {
     comm_max = std::max(comm_max, comm);
   }
   const int64_t generated = pass->generated;
-  const double prefill_tps = pass->prefill_tps;
-  const double decode_tps = pass->decode_tps;
+  double prefill_tps = pass->prefill_tps, decode_tps = pass->decode_tps;
+  for (const Pass& p : passes) {  // the best of the rounds, as the limits are
+    prefill_tps = std::max(prefill_tps, p.prefill_tps);
+    decode_tps = std::max(decode_tps, p.decode_tps);
+  }
   const uint64_t peak_rss = ltm::peak_resident_bytes();
   if (!skip_limits) limits.measure(/*with_sgemm=*/true);
 
@@ -370,6 +385,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
     };
     if (!skip_limits) line(limits_json(limits));
+    for (size_t r = 0; passes.size() > 1 && r < passes.size(); ++r)
+      line({{"measurement", "round"}, {"round", r + 1},
+            {"prefill_tokens_per_s", passes[r].prefill_tps},
+            {"decode_tokens_per_s", passes[r].decode_tps}});
     line({{"measurement", "prefill"}, {"tokens_per_s", prefill_tps},
           {"gflop_per_token", prefill_flops_per_token / 1e9}, {"gflop_s", prefill_gflops},
           {"fma_fraction", frac(prefill_gflops, fma)}, {"compute_roof", prefill_roof.name},
@@ -401,6 +420,10 @@ int main(int argc, char** argv) {
               o.tp, o.pp, rs.threads, batch, wdtype.c_str(),
               ltm::precision_name(rs.kv_precision), rs.backend->describe().c_str());
   if (!skip_limits) print_limits_text(limits);
+  for (size_t r = 0; passes.size() > 1 && r < passes.size(); ++r)
+    std::printf("round %zu: prefill %.1f tokens/s, decode %.1f tokens/s\n", r + 1,
+                passes[r].prefill_tps, passes[r].decode_tps);
+  if (passes.size() > 1) std::printf("(below: the best round)\n");
   std::printf("prefill %d x %d tokens: %8.1f tokens/s, %.3f GFLOP a token, %.1f GFLOP/s", batch,
               prompt_tokens, prefill_tps, prefill_flops_per_token / 1e9, prefill_gflops);
   if (!skip_limits) {

@@ -275,7 +275,7 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
       int8::amx::TileSave saved;
       int8::amx::tiles_begin(&saved);
       int64_t have = -1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)  // see below
       for (int64_t item = 0; item < panels * blocks; ++item) {
         const int64_t j = item / blocks, r0 = (item % blocks) * rows;
         const int64_t nr = std::min(rows, m - r0), c0 = j * kWidth;
@@ -297,7 +297,12 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     const char* e = std::getenv("LTM_INT8_GEMV");
     return !(e != nullptr && std::string(e) == "0");
   }();
-  if (m == 1 && kernel == int8::avx512::panel_gemm && gemv_on) {
+  using GemvFn = void (*)(const int8::QuantRows&, const uint8_t*, int64_t, int, float*, int64_t,
+                         float);
+  const GemvFn gemv = kernel == int8::avx512::panel_gemm ? int8::avx512::gemv_panels
+                      : kernel == int8::avx2::panel_gemm ? int8::avx2::gemv_panels
+                                                         : nullptr;
+  if (m == 1 && gemv != nullptr && gemv_on) {
     // Decode: each thread takes an even share of the panels, in order, 4 at a time.
     const int nt_max = static_cast<int>(std::min<int64_t>(threads, panels));
     const int8::QuantRows ar{q, scale, sum, groups};
@@ -307,15 +312,19 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
       const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
       for (int64_t j = j0; j < j1; j += 4) {
         const int np = static_cast<int>(std::min<int64_t>(4, j1 - j));
-        int8::avx512::gemv_panels(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)),
-                                  np, c + j * kWidth, std::min(np * kWidth, n - j * kWidth), beta);
+        gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
+             std::min(np * kWidth, n - j * kWidth), beta);
       }
     }
     return;
   }
 #endif
+  // Items are handed out one at a time as threads free up: on a host whose other jobs take a core
+  // from one of the threads for a while, the others carry on with the GEMM instead of spinning at
+  // its end (measured under load average 10: two thirds of a prefill's samples in libgomp's spin
+  // with a static split). An item is a whole panel's worth of rows: the counter costs nothing.
   const RowSplit split = split_rows(m, panels, threads);
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t item = 0; item < panels * split.blocks; ++item) {
     const int64_t j = item % panels, r0 = (item / panels) * split.rows;
     const int64_t rows = std::min(split.rows, m - r0), c0 = j * kWidth;

@@ -21,8 +21,8 @@
 // is in use and the CPU has VNNI), AVX2 (int8_kernels_avx2.cpp; also the AVX-512 path's kernel on
 // a CPU without VNNI), or portable C++ (int8_kernels_portable.cpp). All of them compute the same
 // integer sums; they differ only in the order of fp32 roundings (fma or not).
-// Decode (m == 1) on the VNNI kernel walks 4 panels per thread at once, as packed_gemm does
-// (LTM_INT8_GEMV=0 walks them one by one, for comparisons). GEMMs of kInt8AmxMinRows rows or
+// Decode (m == 1) on the VNNI and AVX2 kernels walks 4 panels per thread at once, as packed_gemm
+// does (LTM_INT8_GEMV=0 walks them one by one, for comparisons). GEMMs of kInt8AmxMinRows rows or
 // more on a CPU with AMX-INT8 run on tiles (int8_kernels_amx.cpp: each 32-deep group's exact
 // int32 tile product scaled into fp32 with AVX-512, as the VNNI kernel scales its group sums, so
 // the result is the VNNI kernel's bit for bit).

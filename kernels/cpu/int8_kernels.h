@@ -37,6 +37,11 @@ LTM_DECLARE_INT8_KERNELS(portable)
 #if defined(__x86_64__) || defined(__i386__)
 LTM_DECLARE_INT8_KERNELS(avx2)
 LTM_DECLARE_INT8_QUANTIZE(avx2)
+namespace avx2 {
+// As avx512::gemv_panels below, on AVX2.
+void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
+                 float* c, int64_t cols, float beta);
+}  // namespace avx2
 LTM_DECLARE_INT8_QUANTIZE(avx512)
 LTM_DECLARE_INT8_KERNELS(avx512)  // AVX-512 VNNI
 namespace avx512 {

@@ -16,9 +16,8 @@
 #error "int8_kernels_amx.cpp needs -mamx-tile -mamx-int8 -mavx512f (kernels/CMakeLists.txt)"
 #endif
 
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtph_ps
 #include <immintrin.h>
-
-#include <cstring>
 
 #include "kernels/cpu/int8_kernels.h"
 

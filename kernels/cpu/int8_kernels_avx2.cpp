@@ -26,56 +26,63 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Rows [0, R) of A times half h (32 columns) of one panel: C[R, 32h + cols'] = A @ P + beta * C,
-// `cols` counted from the panel's first column.
+// Rows [0, R) of A times 16 columns (quarter u) of one panel: C[R, 16u + cols'] = A @ P + beta * C,
+// `cols` counted from the panel's first column. 8 int32 accumulators (R = 4 rows x 2 vectors of 8
+// columns), the weights' 2 vectors loaded and flipped once per quad for the 4 rows; the fp32
+// accumulators live in memory (touched once per group), so that nothing spills from the 16 ymm
+// registers inside the quad loop.
 template <int R>
-inline void half_tile(const QuantRows& a, const uint8_t* panel, int h, float* c, int64_t ldc,
-                      int64_t cols, float beta) {
+inline void quarter_tile(const QuantRows& a, const uint8_t* panel, int u, float* c, int64_t ldc,
+                         int64_t cols, float beta) {
   const int64_t groups = a.groups, kq = groups * 32;
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_ps();
+  alignas(32) float acc[R][16];
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(&acc[r][0], _mm256_setzero_ps());
+    _mm256_store_ps(&acc[r][8], _mm256_setzero_ps());
+  }
+  const int8_t* q = a.q;
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* blk = panel + g * kGroupBytes;
-    __m256i is[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 4; ++v) is[r][v] = _mm256_setzero_si256();
+    __m256i is[R][2];
+    for (int r = 0; r < R; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int t = 0; t < 8; ++t) {
-      const uint8_t* wq = blk + 128 + 256 * t + 128 * h;
-      __m256i w[4];
-      for (int v = 0; v < 4; ++v)
-        w[v] = _mm256_xor_si256(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * v)), flip);
+      const uint8_t* wq = blk + 128 + 256 * t + 64 * u;
+      const __m256i w0 =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq)), flip);
+      const __m256i w1 =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32)), flip);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m256i x = _mm256_set1_epi32(load_i32(a.q + r * kq + 32 * g + 4 * t));
+        const __m256i x = _mm256_set1_epi32(load_i32(q + r * kq + 32 * g + 4 * t));
         const __m256i ax = _mm256_abs_epi8(x);
-        for (int v = 0; v < 4; ++v) {
-          const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w[v], x));
-          is[r][v] = _mm256_add_epi32(is[r][v], _mm256_madd_epi16(p16, ones));
-        }
+        is[r][0] = _mm256_add_epi32(
+            is[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, x)), ones));
+        is[r][1] = _mm256_add_epi32(
+            is[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, x)), ones));
       }
     }
-    __m256 sw[4];
-    for (int v = 0; v < 4; ++v)
-      sw[v] = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 * h + 16 * v)));
+    const __m256 sw0 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u)));
+    const __m256 sw1 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u + 16)));
     for (int r = 0; r < R; ++r) {
       const __m256 sa = _mm256_set1_ps(a.scale[r * groups + g]);
-      for (int v = 0; v < 4; ++v)
-        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][v]), _mm256_mul_ps(sw[v], sa), acc[r][v]);
+      _mm256_store_ps(&acc[r][0], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]),
+                                                  _mm256_mul_ps(sw0, sa), _mm256_load_ps(&acc[r][0])));
+      _mm256_store_ps(&acc[r][8], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]),
+                                                  _mm256_mul_ps(sw1, sa), _mm256_load_ps(&acc[r][8])));
     }
   }
   const __m256 vb = _mm256_set1_ps(beta);
   for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc + 32 * h;
-    for (int v = 0; v < 4; ++v) {
-      const int64_t left = cols - 32 * h - 8 * v;
+    float* cr = c + r * ldc + 16 * u;
+    for (int v = 0; v < 2; ++v) {
+      const int64_t left = cols - 16 * u - 8 * v;
       if (left <= 0) break;
-      __m256 out = acc[r][v];
+      __m256 out = _mm256_load_ps(&acc[r][8 * v]);
       if (left >= 8) {
         if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
         _mm256_storeu_ps(cr + 8 * v, out);
@@ -92,8 +99,7 @@ inline void half_tile(const QuantRows& a, const uint8_t* panel, int h, float* c,
 template <int R>
 inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t cols,
                  float beta) {
-  half_tile<R>(a, panel, 0, c, ldc, cols, beta);
-  if (cols > 32) half_tile<R>(a, panel, 1, c, ldc, cols, beta);
+  for (int u = 0; u < 4 && 16 * u < cols; ++u) quarter_tile<R>(a, panel, u, c, ldc, cols, beta);
 }
 
 }  // namespace
@@ -145,18 +151,83 @@ void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* s
   }
 }
 
+void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
+                 float* c, int64_t cols, float beta) {
+  // Up to 4 panels, group by group (4 sequential streams per core, as the AVX-512 kernel): the
+  // group's 8 broadcast quads of A and their magnitudes are made once and shared by the panels;
+  // per panel 8 int32 accumulators for its 64 columns.
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float acc[4][64];
+  for (int p = 0; p < n_panels; ++p)
+    for (int v = 0; v < 8; ++v) _mm256_store_ps(&acc[p][8 * v], _mm256_setzero_ps());
+  alignas(32) int8_t xs[8][32], axs[8][32];
+  for (int64_t g = 0; g < a.groups; ++g) {
+    for (int t = 0; t < 8; ++t) {
+      const __m256i x = _mm256_set1_epi32(load_i32(a.q + 32 * g + 4 * t));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(xs[t]), x);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(axs[t]), _mm256_abs_epi8(x));
+    }
+    const __m256 sa = _mm256_set1_ps(a.scale[g]);
+    for (int p = 0; p < n_panels; ++p) {
+      const uint8_t* blk = panels + p * panel_bytes + g * kGroupBytes;
+      __m256i is[8];
+      for (int v = 0; v < 8; ++v) is[v] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int t = 0; t < 8; ++t) {
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[t]));
+        const __m256i ax = _mm256_load_si256(reinterpret_cast<const __m256i*>(axs[t]));
+        const uint8_t* wq = blk + 128 + 256 * t;
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          const __m256i w = _mm256_xor_si256(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * v)), flip);
+          is[v] = _mm256_add_epi32(
+              is[v], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x)), ones));
+        }
+      }
+      for (int v = 0; v < 8; ++v) {
+        const __m256 sw =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v)));
+        _mm256_store_ps(&acc[p][8 * v], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[v]),
+                                                        _mm256_mul_ps(sw, sa),
+                                                        _mm256_load_ps(&acc[p][8 * v])));
+      }
+    }
+  }
+  const __m256 vb = _mm256_set1_ps(beta);
+  for (int p = 0; p < n_panels; ++p)
+    for (int v = 0; v < 8; ++v) {
+      const int64_t left = cols - 64 * p - 8 * v;
+      if (left <= 0) break;
+      float* cp = c + 64 * p + 8 * v;
+      __m256 out = _mm256_load_ps(&acc[p][8 * v]);
+      if (left >= 8) {
+        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cp), out);
+        _mm256_storeu_ps(cp, out);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, out);
+        for (int64_t j = 0; j < left; ++j) cp[j] = beta != 0.0f ? tmp[j] + beta * cp[j] : tmp[j];
+      }
+    }
+}
+
 void panel_gemm(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t m,
                 int64_t cols, float beta) {
-  constexpr int kRows = 2;
+  constexpr int kRows = 4;
   const int64_t kq = a.groups * 32;
   int64_t r = 0;
   for (; r + kRows <= m; r += kRows) {
     const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
     tile<kRows>(ar, panel, c + r * ldc, ldc, cols, beta);
   }
-  if (r < m) {
-    const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
-    tile<1>(ar, panel, c + r * ldc, ldc, cols, beta);
+  const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
+  switch (m - r) {
+    case 3: tile<3>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    case 2: tile<2>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    case 1: tile<1>(ar, panel, c + r * ldc, ldc, cols, beta); break;
+    default: break;
   }
 }
 

@@ -30,7 +30,15 @@ constexpr int64_t kPrefetch = 8;              // panel rows prefetched ahead by 
 constexpr int64_t kKChunk = PG_AVX2_KCHUNK;  // [64 x 64] floats = 16 KB: half of Zen 3's L1
 constexpr int64_t kKChunk16 = kKChunk;        // 16-bit panels: rows converted per chunk
 constexpr int kMaxRows = 6;                   // rows of A per row group (panel_loops.inc)
-constexpr bool kL2Next = false;               // no L2 stream of the next chunk
+#ifndef PG_AVX2_L2_NEXT
+#define PG_AVX2_L2_NEXT 1
+#endif
+constexpr bool kL2Next = PG_AVX2_L2_NEXT != 0;  // the next chunk pulled into L2 (panel_loops.inc)
+// A tile's L2 stream when it has none (panel_loops.inc's L2Stream otherwise): no code.
+struct NoL2 {
+  static constexpr const char* base = nullptr;
+  static constexpr int64_t lines = 0, per_step = 0;
+};
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -59,9 +67,9 @@ inline void store_tile(const __m256 (&acc)[R][V], float* c, int64_t ldc, float b
 // C[R rows, 8 V columns] = A[R, k] @ B[k, 8 V] + beta * C, B rows kWidth apart. mk: the
 // column masks of C (kMasked); prefetch: pull the whole panel row kPrefetch rows ahead (b must
 // then be the row's start).
-template <int R, int V, bool kMasked>
+template <int R, int V, bool kMasked, typename L2 = NoL2>
 inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
-                 float beta, const __m256i* mk, bool prefetch) {
+                 float beta, const __m256i* mk, bool prefetch, const L2& l2 = {}) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -77,6 +85,8 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
       _mm_prefetch(pf + 128, _MM_HINT_T0);
       _mm_prefetch(pf + 192, _MM_HINT_T0);
     }
+    for (int64_t q = 0, line = p * l2.per_step; q < l2.per_step && line < l2.lines; ++q, ++line)
+      _mm_prefetch(l2.base + line * 64, _MM_HINT_T1);
     __m256 bv[V];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
@@ -91,23 +101,30 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
 }
 
 // R rows of A over the panel's columns [0, cols) in strips of 8 V columns.
-template <int R, int V, bool kMasked>
+// The first strip pulls the chunk (prefetch) or its group's share of the next one (l2).
+// A group with no share (one group: decode) runs the tile without the stream's test per row.
+template <int R, int V, bool kMasked, typename L2>
 inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
-                   float beta, const __m256i* mk, int64_t cols, bool prefetch) {
-  for (int64_t s = 0; s * 8 * V < cols; ++s)
-    tile<R, V, kMasked>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, k, beta, mk + s * V,
-                        prefetch && s == 0);
+                   float beta, const __m256i* mk, int64_t cols, bool prefetch, const L2& l2) {
+  if (l2.lines > 0) {
+    tile<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, prefetch, l2);
+  } else {
+    tile<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, prefetch);
+  }
+  for (int64_t s = 1; s * 8 * V < cols; ++s)
+    tile<R, V, kMasked>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, k, beta, mk + s * V, false);
 }
 
 // The walk's row group (panel_loops.inc): R rows of A in strips of the panel, 6 x 16 (3-5 rows
-// likewise), 2 x 32, 1 x 64. This kernel takes no L2 stream (kL2Next).
+// likewise), 2 x 32, 1 x 64; the groups after a chunk's first pull a share of the next chunk into
+// L2 (kL2Next: 1 thread, GPT-2 shapes, weights from memory, m = 8..32: +14-22%).
 // Not inlined: inside the walk GCC ran short of registers for the tile's loop.
 template <int R, bool kMasked, typename L2>
 [[gnu::noinline]] void row_group(const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
                       int64_t k, float beta, const __m256i* mk, int64_t cols, bool prefetch,
-                      const L2&) {
+                      const L2& l2) {
   constexpr int V = R >= 3 ? 2 : 8 / R;
-  strips<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, cols, prefetch);
+  strips<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, cols, prefetch, l2);
 }
 
 

@@ -331,7 +331,10 @@ bool Scheduler::submit_plan() {
   plan->t_submit = now();
   std::vector<Sequence*>& batch = plan->batch;
   const bool speculate = speculating();
-  if (speculate) propose_drafts(max_seqs);  // every decoding sequence's drafts, at once
+  if (speculate) {
+    propose_drafts(max_seqs);  // every decoding sequence's drafts, at once
+    plan->t_submit = now();    // the step's time is the target's (a draft model times its own)
+  }
   // 1. Running sequences that are not in flight, oldest first; when blocks run out, preempt the
   // newest one that is not in flight (possibly this very sequence), or with deadline-aware
   // admission one that keeps its deadline when the newest would not (pick_victim).

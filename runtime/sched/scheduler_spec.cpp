@@ -40,6 +40,9 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
       const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
       token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
     }
+    // A draft model's own time per draft, against a step's (Proposer::seconds_per_draft).
+    if (const double s = proposer_->seconds_per_draft(); s > 0 && cost_.ready())
+      token_cost += s / cost_.step_seconds(static_cast<int32_t>(running_.size()));
     const int32_t k = std::min(seq->draft_length.next(token_cost), remaining - 1);
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, seq->n_prompt, k, &seq->drafts});

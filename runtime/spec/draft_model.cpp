@@ -1,6 +1,7 @@
 #include "runtime/spec/draft_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -155,6 +156,7 @@ std::vector<int32_t> DraftModelProposer::forward(const std::vector<Rows>& batch)
   const int64_t m = static_cast<int64_t>(in.logit_rows.size());
   const size_t logit_bytes = static_cast<size_t>(m * vl) * sizeof(float);
   if (logits_.bytes() < logit_bytes) logits_ = backend_->alloc(logit_bytes);
+  const auto t0 = std::chrono::steady_clock::now();
   model_->run_stage(in, hidden_.f32(), *cache_);
   model_->compute_logits(in, hidden_.f32(), logits_.f32());
   std::vector<unsigned char> staging;
@@ -162,6 +164,11 @@ std::vector<int32_t> DraftModelProposer::forward(const std::vector<Rows>& batch)
       static_cast<const float*>(backend_->read_on_host(logits_.data(), logit_bytes, staging));
   forward_steps_++;
   forward_tokens_ += in.n_tokens();
+  if (in.n_tokens() <= 2 * m) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                     static_cast<double>(m);
+    seconds_per_draft_ = seconds_per_draft_ == 0 ? s : 0.8 * seconds_per_draft_ + 0.2 * s;
+  }
   std::vector<int32_t> next(static_cast<size_t>(m), 0);
   for (int64_t i = 0; i < m; ++i) {  // greedy: the first largest logit (NaN never wins)
     const float* row = rows + i * vl;

@@ -57,6 +57,9 @@ class DraftModelProposer final : public Proposer {
                std::vector<int32_t>* out) override;
   void propose_all(std::span<const DraftRequest> requests) override;
   void release(uint64_t seq_id) override;
+  // A decayed mean of the draft passes' seconds per sequence (passes of one or two rows a
+  // sequence: a prompt's first pass is not a draft's cost).
+  double seconds_per_draft() const override { return seconds_per_draft_; }
 
   const ModelConfig& config() const { return model_->config(); }
   std::string describe() const;  // "DIR (4 layers, fp16 weights, 16 MiB KV cache)"
@@ -101,6 +104,7 @@ class DraftModelProposer final : public Proposer {
   uint64_t clock_ = 0;
   DeviceBuffer hidden_, logits_;
   int64_t forward_steps_ = 0, forward_tokens_ = 0, evictions_ = 0;
+  double seconds_per_draft_ = 0;
 };
 
 }  // namespace ltm

@@ -59,6 +59,10 @@ class Proposer {
   // Sequence `seq_id` has ended (finished, cancelled, failed): whatever the proposer keeps for
   // it can go. The default keeps nothing.
   virtual void release(uint64_t seq_id) { (void)seq_id; }
+  // What one more draft costs the proposer for one sequence, in seconds, as measured so far (0:
+  // next to nothing, as prompt lookup's). The scheduler adds it, against a step's time, to the
+  // cost DraftLength weighs a draft at, so drafts that cost more than they save stop.
+  virtual double seconds_per_draft() const { return 0; }
 };
 
 // Prompt lookup: the last n tokens (n from max_ngram down to min_ngram) are looked up among the

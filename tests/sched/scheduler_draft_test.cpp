@@ -124,5 +124,41 @@ TEST(DraftSpeculative, NoDraftsAboveSpecMaxBatch) {
   EXPECT_FALSE(draft->batch_sizes.empty());
 }
 
+// Right guesses (the fake model's continuation) that claim to cost `seconds` each.
+class CostlyOracle final : public Proposer {
+ public:
+  CostlyOracle(const FakeEngine* engine, double seconds) : engine_(engine), seconds_(seconds) {}
+  void propose(std::span<const int32_t> tokens, int32_t, int32_t max_tokens,
+               std::vector<int32_t>* out) override {
+    for (int32_t t : engine_->expected_tokens({tokens.begin(), tokens.end()}, max_tokens))
+      out->push_back(t);
+  }
+  double seconds_per_draft() const override { return seconds_; }
+
+ private:
+  const FakeEngine* engine_;
+  double seconds_;
+};
+
+TEST(DraftSpeculative, DraftsThatCostMoreThanAStepStop) {
+  int64_t proposed[2] = {0, 0};
+  for (int costly = 0; costly < 2; ++costly) {
+    FakeEngine engine(kVocab, 128, 4);
+    // The fake engine's steps take microseconds: a draft of 10 ms costs many steps.
+    SchedulerOptions o = draft_options(std::make_shared<CostlyOracle>(&engine, costly ? 0.01 : 0.0), 8);
+    o.spec.token_cost = 0.1;
+    Scheduler sched(engine, nullptr, fake_config(), 128, 4, o);
+    auto r = std::make_shared<Received>();
+    ASSERT_TRUE(sched.submit(request(prompt_of(6, 1), 120), r->callback()).ok());
+    sched.run_until_idle();
+    expect_served(*r, engine.expected_tokens(prompt_of(6, 1), 120), FinishReason::kLength);
+    proposed[costly] = sched.stats().spec_proposed_tokens;
+  }
+  // Cheap right guesses: the most drafts a step all along. Costly: drafts until the step times
+  // are known (8 steps), then one probe every 8 steps.
+  EXPECT_GT(proposed[0], 80) << proposed[0];
+  EXPECT_LT(proposed[1], 40) << proposed[1];
+}
+
 }  // namespace
 }  // namespace ltm

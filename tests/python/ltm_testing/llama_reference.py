@@ -28,6 +28,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .reference import _int8_groups, _quantize_groups
+
 from .llama_checkpoint import has_o_bias, has_qkv_bias, head_dim_of
 from .reference import greedy
 
@@ -69,10 +71,17 @@ class LlamaReference:
     def __init__(self, weights: Dict[str, torch.Tensor], config: dict,
                  dtype: torch.dtype = torch.float64, weight_round: Optional[torch.dtype] = None,
                  kv_round: Optional[torch.dtype] = None, rope: bool = True,
-                 kv_map: Optional[str] = None, act_round: Optional[torch.dtype] = None):
+                 kv_map: Optional[str] = None, act_round: Optional[torch.dtype] = None,
+                 int8_tp: int = 1):
         """weights: names without "model." (ltm_testing.llama_checkpoint.load_llama_checkpoint).
         weight_round: round the weight matrices (and embedding / head) to this dtype first, what a
-        runtime holding 16-bit weights computes with; norms and biases stay.
+        runtime holding 16-bit weights computes with; norms and biases stay. Or "int8": every
+        matrix quantized symmetrically per output row and group of 32 along its input with an
+        fp16 scale (max |w| / 127), and the input of each projection and of the head per row and
+        group of 32 (scale kept exact): what --weight-dtype int8 computes (reference.py's rule).
+        int8_tp: with "int8", the tensor-parallel degree whose slices are quantized: the
+        row-parallel o_proj and down_proj (and their inputs) in int8_tp equal slices of their
+        input, each slice in groups of its own, as each rank quantizes its own.
         kv_round: round K and V to this dtype before attention (a 16-bit KV cache).
         act_round: round the inputs of the projections and the head to this dtype when 16 or
         more positions are computed together (a CPU's bf16 dot-product GEMMs in prefill).
@@ -81,11 +90,18 @@ class LlamaReference:
         if config.get("model_type") == "mistral" and config.get("sliding_window") is not None:
             raise ValueError("sliding_window is not in the reference")
 
+        self.int8_tp = int8_tp
+
         def rounded(name, v):
+            if weight_round == "int8" and v.dim() == 2:
+                # Linear weights [out, in] and the embedding [vocab, d] both reduce over dim 1.
+                parts = self._slices(name, v)
+                return torch.cat([_int8_groups(p.to(torch.float64)) for p in parts], 1).to(dtype)
             if weight_round is not None and v.dim() == 2:
                 v = v.to(weight_round)
             return v.to(dtype)
         self.w = {k: rounded(k, v) for k, v in weights.items()}
+        self.act_int8 = weight_round == "int8"
         self.config = config
         self.dtype = dtype
         self.kv_round = kv_round
@@ -108,13 +124,25 @@ class LlamaReference:
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.eps) * self.w[name + ".weight"]
 
-    def _round_rows(self, x):
+    def _slices(self, name, v):
+        """v [rows, in] as the slices of `in` whose groups are quantized apart."""
+        if self.int8_tp > 1 and ("o_proj" in name or "down_proj" in name):
+            return torch.chunk(v, self.int8_tp, dim=1)
+        return [v]
+
+    def _round_rows(self, x, name=""):
+        if self.act_int8:
+            out = []
+            for part in self._slices(name, x):
+                q, s = _quantize_groups(part, scale_f16=False)
+                out.append((q * s).reshape(part.shape[0], -1)[:, : part.shape[1]])
+            return torch.cat(out, 1).to(self.dtype)
         if self.act_round is not None and x.shape[0] >= 16:
             return x.to(self.act_round).to(self.dtype)
         return x
 
     def _linear(self, x, name, bias):
-        y = self._round_rows(x) @ self.w[name + ".weight"].T
+        y = self._round_rows(x, name) @ self.w[name + ".weight"].T
         return y + self.w[name + ".bias"] if bias else y
 
     def _rope(self, v, n):
