@@ -34,11 +34,23 @@ constexpr int kMaxRows = 6;                   // rows of A per row group (panel_
 #define PG_AVX2_L2_NEXT 1
 #endif
 constexpr bool kL2Next = PG_AVX2_L2_NEXT != 0;  // the next chunk pulled into L2 (panel_loops.inc)
-// A tile's L2 stream when it has none (panel_loops.inc's L2Stream otherwise): no code.
-struct NoL2 {
-  static constexpr const char* base = nullptr;
-  static constexpr int64_t lines = 0, per_step = 0;
+// A tile's share of panel_loops.inc's L2Stream, spread evenly over its k steps: `per` lines
+// from `base` at every `every`-th step, `lines` in all. A group's share is split over its
+// strips (strips below), so that the prefetches of the next chunk are spread over the whole time
+// the group computes, not issued in one burst by the first strip: with 52 lines in the first 64
+// of a group's 256 steps (m = 32), the strip carrying them ran 1.65x as long as the others
+// (perf, forced AVX2, batch-32 decode, 2026-12-02; presumably more misses in flight than the
+// core's fill buffers hold). Spread: m = 32, 1 thread, weights from memory, +7-12%.
+struct L2Spread {
+  const char* base = nullptr;
+  int64_t lines = 0, every = 1, per = 1;
 };
+// A tile without a stream: no code.
+struct NoL2 {};
+template <typename L2>
+constexpr bool kSpread = false;
+template <>
+constexpr bool kSpread<L2Spread> = true;
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -66,7 +78,7 @@ inline void store_tile(const __m256 (&acc)[R][V], float* c, int64_t ldc, float b
 
 // C[R rows, 8 V columns] = A[R, k] @ B[k, 8 V] + beta * C, B rows kWidth apart. mk: the
 // column masks of C (kMasked); prefetch: pull the whole panel row kPrefetch rows ahead (b must
-// then be the row's start).
+// then be the row's start); l2 (an L2Spread): lines of the next chunk pulled into L2.
 template <int R, int V, bool kMasked, typename L2 = NoL2>
 inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
                  float beta, const __m256i* mk, bool prefetch, const L2& l2 = {}) {
@@ -76,6 +88,7 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   const int64_t kp = prefetch && k > kPrefetch ? k - kPrefetch : 0;
+  [[maybe_unused]] int64_t l2_next = 0, l2_line = 0;
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b + p * kWidth;
     if (p < kp) {
@@ -85,8 +98,13 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
       _mm_prefetch(pf + 128, _MM_HINT_T0);
       _mm_prefetch(pf + 192, _MM_HINT_T0);
     }
-    for (int64_t q = 0, line = p * l2.per_step; q < l2.per_step && line < l2.lines; ++q, ++line)
-      _mm_prefetch(l2.base + line * 64, _MM_HINT_T1);
+    if constexpr (kSpread<L2>) {
+      if (p == l2_next) {
+        l2_next += l2.every;
+        for (int64_t q = 0; q < l2.per && l2_line < l2.lines; ++q, ++l2_line)
+          _mm_prefetch(l2.base + l2_line * 64, _MM_HINT_T1);
+      }
+    }
     __m256 bv[V];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
@@ -101,18 +119,31 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
 }
 
 // R rows of A over the panel's columns [0, cols) in strips of 8 V columns.
-// The first strip pulls the chunk (prefetch) or its group's share of the next one (l2).
-// A group with no share (one group: decode) runs the tile without the stream's test per row.
+// The first strip pulls the chunk (prefetch); every strip pulls a part of the group's share of
+// the next chunk (l2). A group with no share (one group: decode) runs the tile without the
+// stream's test per step.
 template <int R, int V, bool kMasked, typename L2>
 inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
                    float beta, const __m256i* mk, int64_t cols, bool prefetch, const L2& l2) {
-  if (l2.lines > 0) {
-    tile<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, prefetch, l2);
-  } else {
-    tile<R, V, kMasked>(a, lda, b, c, ldc, k, beta, mk, prefetch);
+  const int64_t n_strips = (cols + 8 * V - 1) / (8 * V);
+  // Each strip takes an even part of the group's lines, spread over its k steps.
+  const int64_t sub = l2.lines > 0 && k > 0 ? (l2.lines + n_strips - 1) / n_strips : 0;
+  for (int64_t s = 0; s < n_strips; ++s) {
+    const float* bs = b + s * 8 * V;
+    float* cs = c + s * 8 * V;
+    const int64_t first = s * sub, lines = min_i(sub, l2.lines - first);
+    if (lines > 0) {
+      L2Spread sp;
+      sp.base = l2.base + first * 64;
+      sp.lines = lines;
+      sp.every = k >= lines ? k / lines : 1;
+      const int64_t slots = (k + sp.every - 1) / sp.every;
+      sp.per = (lines + slots - 1) / slots;
+      tile<R, V, kMasked>(a, lda, bs, cs, ldc, k, beta, mk + s * V, prefetch && s == 0, sp);
+    } else {
+      tile<R, V, kMasked>(a, lda, bs, cs, ldc, k, beta, mk + s * V, prefetch && s == 0);
+    }
   }
-  for (int64_t s = 1; s * 8 * V < cols; ++s)
-    tile<R, V, kMasked>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, k, beta, mk + s * V, false);
 }
 
 // The walk's row group (panel_loops.inc): R rows of A in strips of the panel, 6 x 16 (3-5 rows
