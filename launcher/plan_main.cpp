@@ -6,6 +6,7 @@
 //   ltm-plan --model configs/gpt3-175b.json --device h100-sxm --world-size 16 --weight-dtype bf16
 //   ltm-plan --model gpt3-6.7b --device cpu --world-size 2 --weight-dtype bf16 --json
 //   ltm-plan --model DIR --memory-gb 48 --bandwidth-gbs 900 --tflops 90 --link-gbs 64 -n 4
+//   ltm-plan --model models/kjv-small --device cpu --speculative draft --draft-model DRAFT_DIR
 //   ltm-plan --list-devices
 // Exit codes: 0 done; 2 bad command line, model or device.
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "launcher/cli_parse.h"
 #include "common/version.h"
 #include "runtime/model/capacity_plan.h"
+#include "runtime/model/checkpoint.h"
 #include "runtime/model/model_config.h"
 
 namespace {
@@ -41,12 +43,27 @@ absl::StatusOr<ltm::ModelConfig> load_model(const std::string& model) {
                                           ": no such folder, config file or configs/ name"));
 }
 
+// The draft's weight type as DraftModelProposer::load picks it: a checkpoint's 16-bit type, else
+// f32 (a config .json: random f32 weights).
+absl::StatusOr<ltm::Precision> draft_weights(const std::string& dir, const ltm::ModelConfig& c) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return ltm::Precision::kF32;
+  absl::StatusOr<ltm::Checkpoint> ckpt = ltm::Checkpoint::open(dir);
+  if (!ckpt.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model ", dir, ": ", ckpt.status().message()));
+  const ltm::DType dt = ckpt->dtype(c.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
+  if (dt == ltm::DType::kBF16) return ltm::Precision::kBF16;
+  if (dt == ltm::DType::kF16) return ltm::Precision::kF16;
+  return ltm::Precision::kF32;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string model, device, weight_dtype = "f32", kv_dtype;
-  int world = 1, batch = 32, devices_per_node = 0, max_running = 64;
+  std::string model, device, weight_dtype = "f32", kv_dtype, speculative = "off", draft_model;
+  int world = 1, batch = 32, devices_per_node = 0, max_running = 64, spec_max_batch = 4,
+      spec_tokens = 5;
   double gpu_memory_fraction = 0.9;
   int64_t context = 0, prefill_chunk = 512, kv_memory_mb = 0;
   int32_t block_size = 16;
@@ -69,6 +86,10 @@ int main(int argc, char** argv) {
       ("block-size", po::value(&block_size)->default_value(16), "ltm-worker's --block-size")
       ("gpu-memory-fraction", po::value(&gpu_memory_fraction)->default_value(0.9), "ltm-worker's --gpu-memory-fraction (a GPU's default KV budget)")
       ("max-running", po::value(&max_running)->default_value(64), "ltm-worker's --max-running (a GPU's activations)")
+      ("speculative", po::value(&speculative)->default_value("off"), "ltm-worker's --speculative: off | ngram | draft (draft: rank 0 also holds --draft-model, counted in its memory)")
+      ("draft-model", po::value(&draft_model), "ltm-worker's --draft-model (with --speculative draft): its folder or config .json")
+      ("spec-max-batch", po::value(&spec_max_batch)->default_value(4), "ltm-worker's --spec-max-batch (the draft keeps a context of KV for this many sequences + 1)")
+      ("spec-tokens", po::value(&spec_tokens)->default_value(5), "ltm-worker's --spec-tokens (accepted; does not change memory)")
       ("one-shot", po::bool_switch(&one_shot), "size the KV cache as the one-shot command does (default: as a server)")
       ("memory-gb", po::value(&memory_gb), "device memory, GB (10^9 bytes)")
       ("bandwidth-gbs", po::value(&bandwidth_gbs), "memory read bandwidth, GB/s")
@@ -162,6 +183,29 @@ int main(int argc, char** argv) {
   if (!(gpu_memory_fraction > 0 && gpu_memory_fraction <= 1))
     return fail("--gpu-memory-fraction must be in (0, 1]");
   if (max_running < 1) return fail("--max-running must be >= 1");
+  if (speculative != "off" && speculative != "ngram" && speculative != "draft")
+    return fail(absl::StrCat("--speculative must be off, ngram or draft, not '", speculative, "'"));
+  if (speculative == "draft" && draft_model.empty())
+    return fail("--speculative draft needs --draft-model DIR (as ltm-worker)");
+  if (speculative != "draft" && !draft_model.empty())
+    return fail(absl::StrCat("--draft-model is used by --speculative draft only (this is --speculative ",
+                             speculative, ")"));
+  if (spec_max_batch < 1) return fail("--spec-max-batch must be >= 1");
+  if (spec_tokens < 1) return fail("--spec-tokens must be >= 1");
+  if (speculative == "draft") {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(draft_model, ec) &&
+        !std::filesystem::is_regular_file(draft_model, ec))
+      return fail(absl::StrCat("--draft-model ", draft_model, ": no such folder or config file"));
+    auto dc = load_model(draft_model);
+    if (!dc.ok()) return fail(absl::StrCat("--draft-model ", draft_model, ": ", dc.status().message()));
+    auto dw = draft_weights(draft_model, *dc);
+    if (!dw.ok()) return fail(std::string(dw.status().message()));
+    in.draft = true;
+    in.draft_config = *dc;
+    in.draft_weights = *dw;
+    in.spec_max_batch = spec_max_batch;
+  }
   auto plan = ltm::make_plan(in);
   if (!plan.ok()) return fail(std::string(plan.status().message()));
   if (json) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/exit_codes.h"
 #include "common/logging.h"
@@ -68,12 +69,25 @@ absl::StatusOr<std::shared_ptr<Proposer>> load_draft(const WorkerOptions& o, con
   d.init_std = o.init_std;
   LTM_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelProposer> p, DraftModelProposer::load(d));
   spdlog::info("draft model (--speculative draft): {}", p->describe());
+  // Rank 0's memory report, continued: the draft is rank 0's too (ltm-plan counts it the same
+  // way, capacity_plan.h's draft_memory).
+  if (!o.listen.empty() || o.verbose) {
+    const auto mib = [](uint64_t b) { return absl::StrFormat("%.1f MiB", b / 1048576.0); };
+    const uint64_t draft_bytes = static_cast<uint64_t>(p->weight_bytes() + p->kv_bytes());
+    spdlog::info("rank 0 draft model: weights {} {}, KV cache {} {} ({} blocks of {} tokens); "
+                 "rank 0 in all: weights and KV caches {} (target {} + draft {})",
+                 mib(p->weight_bytes()), precision_name(p->weight_precision()), mib(p->kv_bytes()),
+                 precision_name(p->kv_precision()), p->blocks_total(), o.block_size,
+                 mib(rs.weight_bytes + rs.kv_bytes + draft_bytes), mib(rs.weight_bytes + rs.kv_bytes),
+                 mib(draft_bytes));
+  }
   return std::shared_ptr<Proposer>(std::move(p));
 }
 
 // One-shot generation on rank 0. Returns the exit code.
 int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
              std::shared_ptr<Proposer> draft) {
+  const std::shared_ptr<Proposer> draft_for_report = draft;  // the memory figures
   const ModelConfig& config = rs.model->config();
   GenerationRequest req;
   if (o.has_prompt) {
@@ -220,10 +234,22 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
                    {"kv_cache_bytes", rs.kv_bytes},
                    {"resident_bytes", resident_bytes()},
                    {"peak_resident_bytes", peak_resident_bytes()}};
+    // --speculative draft: rank 0 also holds the draft model (its weights and KV cache), loaded
+    // after the figures of memory_per_rank_at_load were taken.
+    const auto* dm = dynamic_cast<const DraftModelProposer*>(draft_for_report.get());
+    if (dm) {
+      j["memory"]["draft_weight_bytes"] = dm->weight_bytes();
+      j["memory"]["draft_kv_cache_bytes"] = dm->kv_bytes();
+      j["memory"]["draft_kv_blocks"] = dm->blocks_total();
+    }
     nlohmann::json per_rank = nlohmann::json::array();
     for (const auto& m : rs.memory_per_rank)
       per_rank.push_back({{"weight_bytes", m[0]}, {"kv_cache_bytes", m[1]},
                           {"resident_bytes", m[2]}, {"peak_resident_bytes", m[3]}});
+    if (dm && !per_rank.empty()) {
+      per_rank[0]["draft_weight_bytes"] = dm->weight_bytes();
+      per_rank[0]["draft_kv_cache_bytes"] = dm->kv_bytes();
+    }
     j["memory_per_rank_at_load"] = per_rank;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {

@@ -157,6 +157,38 @@ std::optional<DeviceSpec> find_device(const std::string& name) {
   return std::nullopt;
 }
 
+namespace {
+
+std::string gib(double b) { return absl::StrFormat("%.2f GiB", b / kGiB); }
+
+std::string human_bytes(double b) {
+  if (b >= kGiB) return gib(b);
+  if (b >= kMiB) return absl::StrFormat("%.1f MiB", b / kMiB);
+  if (b >= 1024) return absl::StrFormat("%.1f KiB", b / 1024);
+  return absl::StrFormat("%.0f B", b);
+}
+
+}  // namespace
+
+int32_t draft_max_sequences(int32_t spec_max_batch, int32_t max_running) {
+  return std::max(1, std::min(spec_max_batch, max_running)) + 1;
+}
+
+DraftMemory draft_memory(const ModelConfig& c, Precision weights, int32_t block_size,
+                         int32_t max_sequences) {
+  DraftMemory m;
+  m.weights = weights;
+  m.kv = weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
+  m.parameters = c.parameter_count();
+  m.weight_bytes = weight_bytes_per_rank(c, ShardSpec{}, weights);
+  m.max_sequences = std::max(1, max_sequences);
+  m.kv_blocks = m.max_sequences * blocks_for(c.n_positions, std::max(1, block_size));
+  m.kv_bytes = static_cast<int64_t>(m.kv_blocks) *
+               KvCache::block_bytes(c.n_layer, c.kv_heads(), c.head_dim(), std::max(1, block_size),
+                                    m.kv);
+  return m;
+}
+
 absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   const ModelConfig& c = in.config;
   const DeviceSpec& dev = in.device;
@@ -192,6 +224,20 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   const double rate = in.weights == Precision::kF32 ? dev.flops_f32 : dev.flops_16;
   const int W = in.world_size;
   const double share = dev.shared_by_ranks ? W : 1;
+  if (in.draft) {
+    if (in.draft_config.vocab_size != V)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--draft-model has a vocabulary of ", in.draft_config.vocab_size,
+          " tokens and the target (--model) one of ", V,
+          ": a draft model must use the target's tokenizer"));
+    if (in.spec_max_batch < 1) return absl::InvalidArgumentError("--spec-max-batch must be >= 1");
+    plan.has_draft = true;
+    plan.draft = draft_memory(in.draft_config, in.draft_weights, in.block_size,
+                              draft_max_sequences(in.spec_max_batch, in.max_running));
+    plan.draft_counted = dev.shared_by_ranks;
+  }
+  // What rank 0 holds besides its stage, against its share of memory.
+  const int64_t rank0_extra = plan.draft_counted ? plan.draft.total_bytes() : 0;
 
   for (int tp = 1; tp <= W; ++tp) {
     if (W % tp != 0) continue;
@@ -249,7 +295,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
 
     const int64_t vpad_local = parallel::padded_vocab(V, tp) / tp;
     std::vector<StageWork> work;
-    int64_t kv_fit = -1;
+    int64_t kv_fit = -1, kv_fit_without_draft = -1;
     for (int s = 0; s < pp; ++s) {
       StageWork w;
       w.layers = parallel::stage_layers(L, V, d, pp, s).size();
@@ -275,22 +321,31 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
                                KvCache::block_bytes(w.layers, n_head_local, c.head_dim(),
                                                     in.block_size, in.kv);
       sp.worker_kv_bytes = stage_kv;
-      sp.resident_at_load_bytes = wb + dev.overhead_bytes;
+      // Rank 0 (stage 0) also holds the draft, when it counts against this memory.
+      const int64_t extra = s == 0 ? rank0_extra : 0;
+      const int64_t extra_weights = s == 0 && plan.draft_counted ? plan.draft.weight_bytes : 0;
+      sp.resident_at_load_bytes = wb + extra_weights + dev.overhead_bytes;
+      if (s == 0)
+        lp.rank0_bytes = wb + stage_kv + (plan.has_draft ? plan.draft.total_bytes() : 0);
       lp.weight_bytes_per_rank = std::max(lp.weight_bytes_per_rank, wb);
       lp.kv_bytes_per_token = std::max(lp.kv_bytes_per_token, w.kv_per_token);
       lp.worker_kv_bytes = std::max(lp.worker_kv_bytes, stage_kv);
-      lp.resident_bytes = std::max(lp.resident_bytes, wb + stage_kv + dev.overhead_bytes);
-      lp.resident_at_load_bytes = std::max(lp.resident_at_load_bytes, wb + dev.overhead_bytes);
+      lp.resident_bytes = std::max(lp.resident_bytes, wb + stage_kv + extra + dev.overhead_bytes);
+      lp.resident_at_load_bytes =
+          std::max(lp.resident_at_load_bytes, wb + extra_weights + dev.overhead_bytes);
       lp.flops_per_token = std::max(lp.flops_per_token, sp.flops_per_token);
       const int64_t free_bytes = lp.memory_per_rank - dev.overhead_bytes - wb;
-      const int64_t fit = free_bytes > 0 ? free_bytes / w.kv_per_token : 0;
+      const int64_t fit = free_bytes - extra > 0 ? (free_bytes - extra) / w.kv_per_token : 0;
       kv_fit = kv_fit < 0 ? fit : std::min(kv_fit, fit);
+      const int64_t fit0 = free_bytes > 0 ? free_bytes / w.kv_per_token : 0;
+      kv_fit_without_draft = kv_fit_without_draft < 0 ? fit0 : std::min(kv_fit_without_draft, fit0);
       lp.stages.push_back(sp);
       work.push_back(w);
     }
     lp.kv_tokens_fit = std::max<int64_t>(0, kv_fit);
     lp.batch_at_context = lp.kv_tokens_fit / C;
     lp.fits = lp.batch_at_context >= 1;
+    lp.draft_pushes_over = !lp.fits && rank0_extra > 0 && kv_fit_without_draft / C >= 1;
     lp.allreduce_payload_bytes = 2 * d * int64_t{sizeof(float)};
     lp.allreduce_bytes_moved = lp.allreduce_payload_bytes * 2.0 * (tp - 1) / tp;
 
@@ -377,8 +432,20 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     for (const LayoutPlan& lp : plan.layouts)
       if (lp.invalid.empty())
         least = least < 0 ? lp.weight_bytes_per_rank : std::min(least, lp.weight_bytes_per_rank);
+    int pushed = 0;
+    for (const LayoutPlan& lp : plan.layouts) pushed += lp.draft_pushes_over ? 1 : 0;
     plan.reason =
-        least < 0 ? "no valid layout for this world size (see each layout's reason)"
+        pushed > 0
+            ? absl::StrFormat(
+                  "no layout fits with the draft model: rank 0 also holds --draft-model's %s "
+                  "(weights %s + KV cache %s for %d sequences), and that is what pushes it over "
+                  "its %s in %d of the layouts, which fit without it; use a smaller draft, a "
+                  "lower --spec-max-batch, more ranks or --speculative ngram",
+                  human_bytes(plan.draft.total_bytes()), human_bytes(plan.draft.weight_bytes),
+                  human_bytes(plan.draft.kv_bytes), plan.draft.max_sequences,
+                  human_bytes(static_cast<double>(dev.memory_bytes) * dev.usable_fraction / share),
+                  pushed)
+        : least < 0 ? "no valid layout for this world size (see each layout's reason)"
                   : absl::StrFormat(
                         "no layout fits: the smallest share of the weights is %.2f GiB per rank, "
                         "plus %.2f GiB overhead and one %lld-token context of KV cache, against "
@@ -410,19 +477,6 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   return plan;
 }
 
-namespace {
-
-std::string gib(double b) { return absl::StrFormat("%.2f GiB", b / kGiB); }
-
-std::string human_bytes(double b) {
-  if (b >= kGiB) return gib(b);
-  if (b >= kMiB) return absl::StrFormat("%.1f MiB", b / kMiB);
-  if (b >= 1024) return absl::StrFormat("%.1f KiB", b / 1024);
-  return absl::StrFormat("%.0f B", b);
-}
-
-}  // namespace
-
 std::string plan_text(const Plan& p) {
   const PlanInput& in = p.input;
   const ModelConfig& c = in.config;
@@ -449,16 +503,33 @@ std::string plan_text(const Plan& p) {
                         in.weights == Precision::kF32 ? in.device.flops_f32 : in.device.flops_16,
                         precision_name(in.weights), in.device.link_bandwidth / kGB);
   absl::StrAppendFormat(&s, "  source: %s\n", in.device.source);
-  absl::StrAppendFormat(&s, "weights %s, KV cache %s, decode estimate at %lld tokens of context, batch %d\n\n",
+  absl::StrAppendFormat(&s, "weights %s, KV cache %s, decode estimate at %lld tokens of context, batch %d\n",
                         precision_name(in.weights), precision_name(in.kv),
                         static_cast<long long>(p.context), in.batch);
+  if (p.has_draft) {
+    const DraftMemory& dm = p.draft;
+    absl::StrAppendFormat(
+        &s, "draft model (--speculative draft, on rank 0's CPU): %lld parameters, weights %s %s, "
+            "KV cache %s %s (%d blocks of %d tokens: a full context for %d sequences), %s in all; %s\n",
+        static_cast<long long>(dm.parameters), human_bytes(dm.weight_bytes),
+        precision_name(dm.weights), human_bytes(dm.kv_bytes), precision_name(dm.kv), dm.kv_blocks,
+        in.block_size, dm.max_sequences, human_bytes(dm.total_bytes()),
+        p.draft_counted ? "counted in rank 0's memory below"
+                        : "held in rank 0's host memory, not on the GPU (not counted against it)");
+  }
+  absl::StrAppend(&s, "\n");
   for (const LayoutPlan& l : p.layouts) {
     absl::StrAppendFormat(&s, "tp %d x pp %d", l.tp, l.pp);
     if (!l.invalid.empty()) {
       absl::StrAppend(&s, ": invalid (", l.invalid, ")\n\n");
       continue;
     }
-    absl::StrAppend(&s, l.fits ? "" : "  DOES NOT FIT", "\n");
+    absl::StrAppend(&s, l.fits ? "" : "  DOES NOT FIT",
+                    l.draft_pushes_over
+                        ? absl::StrCat(" (the draft model is what pushes rank 0 over: ",
+                                       human_bytes(p.draft.total_bytes()), " more)")
+                        : "",
+                    "\n");
     std::string stages;
     for (const StagePlan& sp : l.stages)
       absl::StrAppend(&stages, stages.empty() ? "" : " + ", sp.layers);
@@ -471,6 +542,13 @@ std::string plan_text(const Plan& p) {
     absl::StrAppendFormat(&s, "  ltm-worker         KV %s (%d blocks); resident ~%s at start-up, ~%s with the cache full\n",
                           human_bytes(l.worker_kv_bytes), l.worker_kv_blocks,
                           gib(l.resident_at_load_bytes), gib(l.resident_bytes));
+    if (p.has_draft)
+      absl::StrAppendFormat(&s, "  rank 0 in all      %s: weights %s + KV %s + draft %s (weights %s + KV %s)%s\n",
+                            human_bytes(l.rank0_bytes), human_bytes(l.stages[0].weight_bytes),
+                            human_bytes(l.stages[0].worker_kv_bytes),
+                            human_bytes(p.draft.total_bytes()), human_bytes(p.draft.weight_bytes),
+                            human_bytes(p.draft.kv_bytes),
+                            p.draft_counted ? "" : "; the draft in host memory");
     absl::StrAppendFormat(&s, "  FLOPs/token/rank   %.4g\n", l.flops_per_token);
     absl::StrAppendFormat(&s, "  all-reduces/block  2 x %s per token; %s in and out per rank%s\n",
                           human_bytes(l.allreduce_payload_bytes / 2.0),
@@ -513,6 +591,8 @@ std::string plan_json(const Plan& p) {
               {"kv_tokens_fit", l.kv_tokens_fit},
               {"batch_at_context", l.batch_at_context},
               {"fits", l.fits},
+              {"draft_pushes_over", l.draft_pushes_over},
+              {"rank0_bytes", l.rank0_bytes},
               {"worker_kv_blocks", l.worker_kv_blocks},
               {"worker_kv_bytes_per_rank", l.worker_kv_bytes},
               {"resident_at_load_bytes_per_rank", l.resident_at_load_bytes},
@@ -555,6 +635,15 @@ std::string plan_json(const Plan& p) {
                                  {"pp", p.layouts[p.recommended].pp}}
                           : json(nullptr)},
       {"reason", p.reason}};
+  if (p.has_draft)
+    out["draft"] = {{"parameters", p.draft.parameters},
+                    {"weight_dtype", precision_name(p.draft.weights)},
+                    {"kv_dtype", precision_name(p.draft.kv)},
+                    {"weight_bytes", p.draft.weight_bytes},
+                    {"kv_blocks", p.draft.kv_blocks},
+                    {"kv_bytes", p.draft.kv_bytes},
+                    {"max_sequences", p.draft.max_sequences},
+                    {"counted_against_rank0_memory", p.draft_counted}};
   return out.dump();
 }
 

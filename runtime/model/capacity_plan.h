@@ -53,6 +53,26 @@ struct DeviceSpec {
 const std::vector<DeviceSpec>& builtin_devices();
 std::optional<DeviceSpec> find_device(const std::string& name);
 
+// --speculative draft: the draft model rank 0 holds beside its share of the target, on its CPU
+// (runtime/spec/draft_model.h): its weights, whole, and a paged KV cache of its own with a full
+// context for each of max_sequences sequences. DraftModelProposer::load sizes itself with
+// draft_memory, so the plan and the worker's memory report agree by construction.
+struct DraftMemory {
+  Precision weights = Precision::kF32;  // the checkpoint's 16-bit type, else f32
+  Precision kv = Precision::kF32;       // f32 with f32 weights, else fp16 (as the target's default)
+  int64_t parameters = 0;
+  int64_t weight_bytes = 0;
+  int32_t max_sequences = 0;
+  int32_t kv_blocks = 0;
+  int64_t kv_bytes = 0;
+  int64_t total_bytes() const { return weight_bytes + kv_bytes; }
+};
+// The sequences whose draft K/V rank 0 keeps at once: those that speculate at once
+// (--spec-max-batch, at most --max-running) and one more (a state dropped is recomputed).
+int32_t draft_max_sequences(int32_t spec_max_batch, int32_t max_running);
+DraftMemory draft_memory(const ModelConfig& draft, Precision weights, int32_t block_size,
+                         int32_t max_sequences);
+
 struct PlanInput {
   ModelConfig config;
   DeviceSpec device;
@@ -71,6 +91,14 @@ struct PlanInput {
   // gpu_kv_budget_bytes): --gpu-memory-fraction, and --max-running for the activations.
   double gpu_memory_fraction = 0.9;
   int max_running = 64;
+  // --speculative draft --draft-model DIR: rank 0 also holds the draft (draft_memory with
+  // draft_weights and draft_max_sequences(spec_max_batch, max_running), block_size). On a device
+  // shared by the ranks (cpu) it counts against rank 0's share of memory; on a GPU it lives in
+  // rank 0's host memory (the draft runs on the CPU) and is reported, not counted against the GPU.
+  bool draft = false;
+  ModelConfig draft_config;
+  Precision draft_weights = Precision::kF32;
+  int spec_max_batch = 4;
 };
 
 struct StagePlan {
@@ -94,14 +122,21 @@ struct LayoutPlan {
   int64_t kv_tokens_fit = 0;         // tokens of KV cache that fit beside the weights (0: none)
   int64_t batch_at_context = 0;      // sequences of `context` tokens that fit
   bool fits = false;                 // weights + overhead + one context of KV fit
+  // With a draft counted against rank 0 (PlanInput::draft on a shared device): the layout fits
+  // without it but not with it, i.e. the draft is what pushes rank 0 over its memory.
+  bool draft_pushes_over = false;
   // What ltm-worker allocates for this layout with the input's KV settings.
   int32_t worker_kv_blocks = 0;
   int64_t worker_kv_bytes = 0;       // per rank (the largest stage)
   // Resident memory per rank (largest stage): at start-up, weights + overhead (the KV cache is
   // allocated but its pages become resident only as sequences fill them); with the worker's
-  // whole KV cache in use, + worker_kv_bytes.
+  // whole KV cache in use, + worker_kv_bytes. On a shared device with a draft, rank 0's figures
+  // (stage 0) include the draft's weights (at start-up) and its weights and KV cache (full).
   int64_t resident_at_load_bytes = 0;
   int64_t resident_bytes = 0;
+  // Rank 0's bytes in all: its stage's weights and worker KV cache, plus the draft's weights and
+  // KV cache when there is one (wherever it lives), without the runtime overhead.
+  int64_t rank0_bytes = 0;
   double flops_per_token = 0;        // per rank (largest stage)
   int64_t allreduce_payload_bytes = 0;    // the two all-reduces of one block, one token: 2 x d x 4
   double allreduce_bytes_moved = 0;       // per rank: payload x 2 (tp - 1) / tp
@@ -120,6 +155,9 @@ struct Plan {
   int64_t parameters_12ld2 = 0;      // 12 n_layer d^2
   double flops_per_token = 0;        // whole model, one token at the context (2 per weight + attention)
   std::vector<LayoutPlan> layouts;   // every tp x pp = world, tp ascending
+  bool has_draft = false;            // PlanInput::draft
+  DraftMemory draft;                 // its figures
+  bool draft_counted = false;        // against rank 0's memory share (a shared device)
   int recommended = -1;              // index into layouts; -1: none fits
   std::string reason;
 };

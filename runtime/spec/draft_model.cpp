@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "runtime/model/capacity_plan.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/weight_source.h"
 
@@ -56,9 +57,11 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   } else {
     source = make_random_source(*config, o.init_seed, o.init_std);
   }
-  // As the target's default (launcher/model_setup.cpp, choose_precisions): a 16-bit cache with
-  // 16-bit weights.
-  p->kv_precision_ = mopts.weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
+  // Sized as ltm-plan counts it (capacity_plan.h, draft_memory): as the target's default
+  // (launcher/model_setup.cpp, choose_precisions), a 16-bit cache with 16-bit weights; a full
+  // context for each of max_sequences sequences.
+  const DraftMemory sizing = draft_memory(*config, mopts.weights, p->block_size_, o.max_sequences);
+  p->kv_precision_ = sizing.kv;
   if (!p->backend_->supports(mopts.weights, p->kv_precision_))
     return absl::InvalidArgumentError(absl::StrCat(
         "--draft-model ", o.dir, ": ", p->backend_->describe(), " does not hold ",
@@ -67,8 +70,7 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
       Model::load(*source, *p->backend_, ShardSpec{}, *p->comm_, mopts);
   if (!model.ok()) return flag_error(o.dir, model.status());
   p->model_ = std::move(*model);
-  const int32_t n_blocks =
-      std::max(1, o.max_sequences) * blocks_for(config->n_positions, p->block_size_);
+  const int32_t n_blocks = sizing.kv_blocks;
   p->cache_ = std::make_unique<KvCache>(*p->backend_, config->n_layer, p->model_->n_kv_head_local(),
                                         config->head_dim(), p->block_size_, n_blocks,
                                         p->kv_precision_);
@@ -82,11 +84,20 @@ DraftModelProposer::~DraftModelProposer() {
   model_.reset();  // before the communicator and backend it uses
 }
 
+int64_t DraftModelProposer::weight_bytes() const {
+  return static_cast<int64_t>(model_->weight_bytes());
+}
+
+int64_t DraftModelProposer::kv_bytes() const {
+  const ModelConfig& c = config();
+  return static_cast<int64_t>(cache_->n_blocks()) *
+         KvCache::block_bytes(c.n_layer, model_->n_kv_head_local(), c.head_dim(), block_size_,
+                              kv_precision_);
+}
+
 std::string DraftModelProposer::describe() const {
   const ModelConfig& c = config();
-  const int64_t kv = static_cast<int64_t>(cache_->n_blocks()) *
-                     KvCache::block_bytes(c.n_layer, model_->n_kv_head_local(), c.head_dim(),
-                                          block_size_, kv_precision_);
+  const int64_t kv = kv_bytes();
   return absl::StrFormat("%s (%d layers, n_embd %d, %s weights, KV cache %.1f MiB %s)", dir_,
                          c.n_layer, c.n_embd, precision_name(model_->weight_precision()),
                          kv / 1048576.0, precision_name(kv_precision_));

@@ -62,6 +62,12 @@ class DraftModelProposer final : public Proposer {
   double seconds_per_draft() const override { return seconds_per_draft_; }
 
   const ModelConfig& config() const { return model_->config(); }
+  // What it holds (the worker's memory report): model_->weight_bytes() and the KV cache's bytes,
+  // as ltm-plan's draft_memory counts them (runtime/model/capacity_plan.h).
+  int64_t weight_bytes() const;
+  int64_t kv_bytes() const;
+  Precision weight_precision() const { return model_->weight_precision(); }
+  Precision kv_precision() const { return kv_precision_; }
   std::string describe() const;  // "DIR (4 layers, fp16 weights, 16 MiB KV cache)"
   // Counters for tests and benchmarks.
   int32_t sequences() const { return static_cast<int32_t>(seqs_.size()); }

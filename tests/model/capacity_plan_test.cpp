@@ -281,3 +281,101 @@ TEST(CapacityPlan, WorkerKvCacheFollowsItsSizingPolicy) {
 
 }  // namespace
 }  // namespace ltm
+
+namespace ltm {
+namespace {
+
+// --speculative draft: rank 0 also holds the draft model (runtime/spec/draft_model.h), its
+// weights and a KV cache with a full context for --spec-max-batch + 1 sequences.
+TEST(CapacityPlan, DraftModelIsCountedOnRankZero) {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 2;
+  in.weights = Precision::kBF16;
+  in.kv = Precision::kF16;
+  const Plan without = *make_plan(in);
+  in.draft = true;
+  in.draft_config = gpt3(2, 256, 4);  // 2 layers, d 256, the target's vocabulary
+  in.draft_weights = Precision::kF16;
+  const Plan p = *make_plan(in);
+  ASSERT_TRUE(p.has_draft);
+  EXPECT_TRUE(p.draft_counted);
+  // wte 50257 x 256 + wpe 2048 x 256 + 2 x (12 d^2 + 13 d) + 2 d.
+  EXPECT_EQ(p.draft.parameters, 14970112);
+  // Matrices and wte fp16, vectors and wpe fp32 (as the target's bf16 by-hand figure).
+  EXPECT_EQ(p.draft.weight_bytes,
+            2 * (12 * 256 * 256 * 2 + 13 * 256 * 4) + 50257 * 256 * 2 + 2048 * 256 * 4 + 2 * 256 * 4);
+  EXPECT_EQ(p.draft.kv, Precision::kF16);
+  EXPECT_EQ(p.draft.max_sequences, 5);  // min(--spec-max-batch 4, --max-running 64) + 1
+  EXPECT_EQ(p.draft.kv_blocks, 5 * 2048 / 16);
+  EXPECT_EQ(p.draft.kv_bytes, int64_t{640} * 16 * 2 * 2 * 256 * 2);  // K and V, 2 layers, fp16
+  const int64_t draft = p.draft.total_bytes();
+  for (int tp : {1, 2}) {
+    const LayoutPlan& a = layout(without, tp, 2 / tp);
+    const LayoutPlan& b = layout(p, tp, 2 / tp);
+    // Rank 0 (stage 0) holds the draft: its resident figures grow by it, the others' do not.
+    EXPECT_EQ(b.stages[0].resident_at_load_bytes,
+              a.stages[0].resident_at_load_bytes + p.draft.weight_bytes);
+    if (b.stages.size() > 1) {
+      EXPECT_EQ(b.stages[1].resident_at_load_bytes, a.stages[1].resident_at_load_bytes);
+    }
+    EXPECT_EQ(b.rank0_bytes,
+              b.stages[0].weight_bytes + b.stages[0].worker_kv_bytes + draft);
+    EXPECT_EQ(b.resident_bytes, std::max(a.resident_bytes,
+                                         a.stages[0].weight_bytes + a.stages[0].worker_kv_bytes +
+                                             draft + in.device.overhead_bytes));
+    // Less room for the target's KV on rank 0: about the draft's bytes' worth of tokens.
+    EXPECT_LT(b.kv_tokens_fit, a.kv_tokens_fit);
+    if (b.stages.size() == 1) {  // tp 2: the draft's bytes' worth of tokens, rounded either way
+      EXPECT_NEAR(static_cast<double>(a.kv_tokens_fit - b.kv_tokens_fit),
+                  static_cast<double>(draft) / b.kv_bytes_per_token, 1.0);
+    }
+  }
+  const std::string text = plan_text(p);
+  EXPECT_NE(text.find("draft model (--speculative draft"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 0 in all"), std::string::npos) << text;
+  const nlohmann::json j = nlohmann::json::parse(plan_json(p));
+  EXPECT_EQ(j["draft"]["weight_bytes"].get<int64_t>(), p.draft.weight_bytes);
+  EXPECT_EQ(j["draft"]["kv_bytes"].get<int64_t>(), p.draft.kv_bytes);
+
+  // A memory that holds the target with one context of KV but not the draft too: the layout
+  // does not fit, and the plan says the draft is why.
+  PlanInput tight = in;
+  tight.world_size = 1;
+  tight.draft = false;
+  const Plan alone = *make_plan(tight);
+  const LayoutPlan& l = alone.layouts[0];
+  tight.device.memory_bytes = static_cast<int64_t>(
+      (tight.device.overhead_bytes + l.weight_bytes_per_rank + 2048 * l.kv_bytes_per_token +
+       draft / 2) / tight.device.usable_fraction);
+  EXPECT_TRUE(make_plan(tight)->layouts[0].fits);
+  tight.draft = true;
+  const Plan over = *make_plan(tight);
+  EXPECT_FALSE(over.layouts[0].fits);
+  EXPECT_TRUE(over.layouts[0].draft_pushes_over);
+  EXPECT_EQ(over.recommended, -1);
+  EXPECT_NE(over.reason.find("draft model"), std::string::npos) << over.reason;
+  EXPECT_NE(plan_text(over).find("the draft model is what pushes rank 0 over"), std::string::npos);
+
+  // On a GPU the draft runs in rank 0's host memory: reported, not counted against the GPU.
+  PlanInput gpu = in;
+  gpu.device = *find_device("h100-sxm");
+  const Plan g = *make_plan(gpu);
+  gpu.draft = false;
+  const Plan g0 = *make_plan(gpu);
+  EXPECT_FALSE(g.draft_counted);
+  EXPECT_EQ(layout(g, 2, 1).kv_tokens_fit, layout(g0, 2, 1).kv_tokens_fit);
+  EXPECT_EQ(layout(g, 2, 1).rank0_bytes, layout(g0, 2, 1).rank0_bytes + draft);
+  EXPECT_NE(plan_text(g).find("not on the GPU"), std::string::npos);
+
+  // A draft of another vocabulary is refused.
+  PlanInput other = in;
+  other.draft_config.vocab_size = 4096;
+  const absl::StatusOr<Plan> bad = make_plan(other);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tokenizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ltm

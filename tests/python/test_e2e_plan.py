@@ -80,3 +80,83 @@ def test_plan_refuses_bad_input_with_a_clear_message():
     j = plan_json("--model", MODEL, "--device", "cpu", "-n", 8)
     tp8 = next(l for l in j["layouts"] if l["tp"] == 8)
     assert not tp8["valid"] and "12 attention heads" in tp8["invalid"]
+
+
+KJV = os.path.join(SOURCE, "models", "kjv-small")
+
+
+def test_plan_counts_the_draft_model_as_the_worker_holds_it(tmp_path):
+    """--speculative draft: rank 0 also holds the draft model. ltm-plan (same flags as the worker)
+    reports the draft's weights and KV cache as the worker holds them (its one-shot JSON), the
+    figures match what the checkpoint and the config give by hand, and rank 0's total includes
+    them (issue 22)."""
+    from ltm_testing.checkpoint import read_safetensors
+    from ltm_testing.draft_models import truncated_copy
+
+    draft = truncated_copy(KJV, str(tmp_path / "draft"), 2)
+    spec = ["--speculative", "draft", "--draft-model", draft]
+    without = plan_json("--model", KJV, "--device", "cpu", "--weight-dtype", "fp16", "--one-shot")
+    got = plan_json("--model", KJV, "--device", "cpu", "--weight-dtype", "fp16", "--one-shot",
+                    *spec)
+    d = got["draft"]
+    # By hand, from the draft's checkpoint: its parameters, matrices (and the tied embedding)
+    # in fp16, vectors and the position table in f32 as the loader keeps them.
+    tensors = read_safetensors(os.path.join(draft, "model.safetensors"))
+    parameters = sum(a.size for _, _, a in tensors.values())
+    weight_bytes = sum(a.size * (2 if len(shape) == 2 and not name.endswith("wpe.weight") else 4)
+                       for name, (_, shape, a) in tensors.items())
+    with open(os.path.join(draft, "config.json"), encoding="utf-8") as f:
+        c = json.load(f)
+    sequences = min(4, 64) + 1  # --spec-max-batch 4, --max-running 64: and one more
+    blocks = sequences * -(-c["n_positions"] // 16)
+    kv_bytes = blocks * 16 * 2 * c["n_layer"] * c["n_embd"] * 2  # K and V, fp16
+    print(f"draft: plan {d}, by hand {parameters} parameters, {weight_bytes} B weights, "
+          f"{kv_bytes} B KV")
+    assert d["parameters"] == parameters
+    assert d["weight_bytes"] == weight_bytes
+    assert d["kv_blocks"] == blocks and d["kv_bytes"] == kv_bytes
+    assert d["weight_dtype"] == "fp16" and d["kv_dtype"] == "fp16"
+    # Rank 0's figures include it; without the flags they do not.
+    a, b = without["layouts"][0], got["layouts"][0]
+    assert b["rank0_bytes"] == a["rank0_bytes"] + weight_bytes + kv_bytes
+    assert b["resident_at_load_bytes_per_rank"] == a["resident_at_load_bytes_per_rank"] + weight_bytes
+    assert b["resident_bytes_per_rank"] == a["resident_bytes_per_rank"] + weight_bytes + kv_bytes
+    text = plan("--model", KJV, "--device", "cpu", "--weight-dtype", "fp16", *spec).stdout
+    assert "draft model (--speculative draft" in text and "rank 0 in all" in text, text
+    # The worker holds what the plan says (its one-shot JSON and its memory report).
+    out = generate_json(KJV, prompt_ids=[1, 2, 3], max_new_tokens=2,
+                        extra=["--threads", "1", "--verbose", *spec])
+    m = out["memory"]
+    print(f"worker: {m}")
+    assert m["draft_weight_bytes"] == d["weight_bytes"]
+    assert m["draft_kv_cache_bytes"] == d["kv_bytes"]
+    assert m["draft_kv_blocks"] == d["kv_blocks"]
+    assert out["memory_per_rank_at_load"][0]["draft_weight_bytes"] == d["weight_bytes"]
+    # Refused as the worker refuses them.
+    p = plan("--model", KJV, "--device", "cpu", "--speculative", "draft", check=False)
+    assert p.returncode == 2 and "needs --draft-model" in p.stderr, p.stderr
+    p = plan("--model", KJV, "--device", "cpu", *spec[:2], "--draft-model", MODEL, check=False)
+    assert p.returncode == 2 and "tokenizer" in p.stderr, p.stderr
+
+
+def test_a_plan_that_the_draft_pushes_over_says_so(tmp_path):
+    from ltm_testing.draft_models import truncated_copy
+
+    draft = truncated_copy(KJV, str(tmp_path / "draft"), 4)  # as big as the target
+    spec = ["--speculative", "draft", "--draft-model", draft]
+    # The cpu device (the ranks share the host: the draft counts against rank 0's share), with
+    # less memory.
+    base = ["--model", KJV, "--weight-dtype", "fp16", "--device", "cpu", "--overhead-mb", 0]
+    # Memory for the target and one context of its KV, and half the draft more.
+    alone = plan_json(*base, "--memory-gb", 1, *spec)
+    l = alone["layouts"][0]
+    need = l["weight_bytes_per_rank"] + 256 * l["kv_bytes_per_token_per_rank"]
+    memory_gb = (need + alone["draft"]["weight_bytes"] // 2) / 0.9 / 1e9  # usable 0.9 of it
+    ok = plan_json(*base, "--memory-gb", memory_gb)
+    assert ok["layouts"][0]["fits"], ok
+    over = plan_json(*base, "--memory-gb", memory_gb, *spec)
+    print(over["reason"])
+    assert not over["layouts"][0]["fits"] and over["layouts"][0]["draft_pushes_over"]
+    assert "draft model" in over["reason"] and "pushes it over" in over["reason"]
+    text = plan(*base, "--memory-gb", memory_gb, *spec).stdout
+    assert "the draft model is what pushes rank 0 over" in text, text
