@@ -213,23 +213,7 @@ void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes,
     }
 }
 
-void panel_gemm(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t m,
-                int64_t cols, float beta) {
-  constexpr int kRows = 4;
-  const int64_t kq = a.groups * 32;
-  int64_t r = 0;
-  for (; r + kRows <= m; r += kRows) {
-    const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
-    tile<kRows>(ar, panel, c + r * ldc, ldc, cols, beta);
-  }
-  const QuantRows ar{a.q + r * kq, a.scale + r * a.groups, a.sum + r * a.groups, a.groups};
-  switch (m - r) {
-    case 3: tile<3>(ar, panel, c + r * ldc, ldc, cols, beta); break;
-    case 2: tile<2>(ar, panel, c + r * ldc, ldc, cols, beta); break;
-    case 1: tile<1>(ar, panel, c + r * ldc, ldc, cols, beta); break;
-    default: break;
-  }
-}
+#include "kernels/cpu/int8_panel_rows.inc"
 
 }  // namespace ltm::kernels::cpu::int8::avx2
 #endif

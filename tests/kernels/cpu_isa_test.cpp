@@ -271,9 +271,10 @@ TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
       for (int head_dim : {64, 40, 37, 128, 80}) check_attention(head_dim, t, block_size);
 }
 
-// A decode row (one new row: AVX-512 takes it through its own loop) gives bit for bit what the
-// same row gives as the last of a chunk of two (the tiled loop): a sequence's tokens must not
-// depend on how the scheduler cut its rows into steps.
+// A decode row (one new row) gives bit for bit what the same row gives inside a chunk of 2..7 rows
+// (a speculative verify step: query tiles of 4, AVX-512 runs each row as a decode): a sequence's
+// tokens must not depend on how the scheduler cut its rows into steps, nor speculative greedy
+// output on how many drafts were checked.
 TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16})
     for (int head_dim : {64, 128, 80})
@@ -289,9 +290,9 @@ TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
           k16[i] = t == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
           v16[i] = t == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
         }
-        const std::vector<float> qkv = random_floats(static_cast<size_t>(2) * 3 * d, -2.0f, 2.0f, 23);
-        auto run = [&](int n_new, const float* q) {
-          const std::vector<int32_t> offsets = {0, n_new}, lens = {ctx};
+        const std::vector<float> qkv = random_floats(static_cast<size_t>(7) * 3 * d, -2.0f, 2.0f, 23);
+        auto run = [&](int n_new, const float* q, int ctx_len) {  // every row's output
+          const std::vector<int32_t> offsets = {0, n_new}, lens = {ctx_len};
           PagedAttentionShape shape{1, n_head, head_dim, block_size, max_blocks,
                                     offsets.data(), lens.data(), blocks.data()};
           shape.kv_type = t;
@@ -301,13 +302,19 @@ TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
           else
             paged_attention(shape, q, static_cast<const void*>(k16.data()),
                             static_cast<const void*>(v16.data()), out.data());
-          return std::vector<float>(out.end() - d, out.end());  // the last row
+          return out;
         };
-        const std::vector<float> chunk = run(2, qkv.data());
-        const std::vector<float> decode = run(1, qkv.data() + 3 * d);  // the chunk's second row
-        for (int64_t i = 0; i < d; ++i)
-          ASSERT_EQ(decode[i], chunk[i]) << weight_type_name(t) << " head_dim=" << head_dim
-                                         << " ctx=" << ctx << " i=" << i;
+        for (int n_new : {2, 5, 7}) {
+          if (n_new > ctx) continue;
+          const std::vector<float> chunk = run(n_new, qkv.data(), ctx);
+          for (int r = 0; r < n_new; ++r) {  // row r sees the keys up to its own position
+            const std::vector<float> decode = run(1, qkv.data() + 3 * d * r, ctx - n_new + r + 1);
+            for (int64_t i = 0; i < d; ++i)
+              ASSERT_EQ(decode[i], chunk[r * d + i])
+                  << weight_type_name(t) << " head_dim=" << head_dim << " ctx=" << ctx
+                  << " rows=" << n_new << " row=" << r << " i=" << i;
+          }
+        }
       }
 }
 
