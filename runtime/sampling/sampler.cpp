@@ -504,6 +504,16 @@ void processed_probabilities(std::span<const float> logits, const SamplingParams
   }
 }
 
+float processed_logprob(std::span<const float> logits, const SamplingParams& params,
+                        std::span<const int32_t> history, int32_t token) {
+  LTM_ASSERT(token >= 0 && static_cast<size_t>(token) < logits.size(), "sampler: token ", token,
+             " outside the vocab of ", logits.size());
+  std::vector<float> scratch;
+  const Prepared p = prepare(logits, params, history, &scratch);
+  if (p.bad) return std::nanf("");
+  return log_prob(p.v[static_cast<size_t>(token)], p.m, p.t, p.z);
+}
+
 // ---- Logprobs of the raw distribution -----------------------------------------------------------
 
 RowLogprobs row_logprobs(std::span<const float> row, int32_t token, int n_top,

@@ -147,6 +147,12 @@ RowLogprobs row_logprobs(std::span<const float> row, int32_t token, int n_top,
 void processed_probabilities(std::span<const float> logits, const SamplingParams& params,
                              std::span<const int32_t> history, std::vector<float>* probs);
 
+// The logprob sample() reports for `token` (see "Reported logprob" above), whichever token was
+// drawn: speculative decoding with a sampled draft emits tokens that sample() did not pick
+// (runtime/spec/sampled_drafts.h). NaN for a row sample() refuses. `token` in [0, logits.size()).
+float processed_logprob(std::span<const float> logits, const SamplingParams& params,
+                        std::span<const int32_t> history, int32_t token);
+
 // ---- Tensor parallelism: sampling from a vocab-sharded row --------------------------------------
 //
 // Each rank holds logits for global ids [id_begin, id_begin + valid_count) (padding rows beyond

@@ -504,7 +504,9 @@ void Scheduler::process_results(InFlightPlan& plan, StepOutput& out) {
       ev.prompt_logits = row;
       emit(seq, std::move(ev));
     }
-    if (spec_row >= 0) note_draft_row(seq, spec_row, out.samples[r].token);
+    if (spec_row >= 0)
+      note_draft_row(seq, spec_row, row, &out.samples[r],
+                     out.logprobs.empty() ? nullptr : &out.logprobs[r]);
     on_token(seq, out.samples[r], seq->req.return_full_logits ? &row : nullptr, logprobs);
   }
   for (Sequence* seq : plan.batch)

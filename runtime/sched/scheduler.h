@@ -154,7 +154,11 @@ class Scheduler final : public RequestSink {
   // Reading results: whether row `spec_row` of `seq` still counts (no earlier row rejected its
   // draft); before its token is emitted, notes whether it accepted its draft.
   bool draft_row_counts(const Sequence* seq, int32_t spec_row) const;
-  void note_draft_row(Sequence* seq, int32_t spec_row, int32_t token);
+  // Row spec_row of a sequence's speculative step, read back: whether its draft was accepted.
+  // For sampled drafts, the row's token is decided here by the rule for a sampled q from the
+  // row's logits (`row`, the whole vocab): *sample, and *logprobs when asked, are rewritten.
+  void note_draft_row(Sequence* seq, int32_t spec_row, const std::vector<float>& row,
+                      SampleResult* sample, RowLogprobs* logprobs);
   // Once its rows are read: the computed tokens are its last one and the accepted drafts (the
   // rejected drafts' K/V slots are left to be overwritten, their unused blocks freed).
   void end_draft_step(Sequence* seq);

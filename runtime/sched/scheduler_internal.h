@@ -48,6 +48,9 @@ struct Scheduler::Sequence {
   // rejected (the rows after it are thrown away); the draft length control and the request's
   // totals.
   std::vector<int32_t> drafts;
+  // Sampled drafts (runtime/spec/sampled_drafts.h): the distribution q each draft was drawn from,
+  // vocab_size floats per draft; empty for deterministic drafts (prompt lookup, greedy).
+  std::vector<float> draft_probs;
   int32_t drafts_accepted = 0;
   bool draft_rejected = false;
   DraftLength draft_length{0};

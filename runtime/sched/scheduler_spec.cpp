@@ -10,8 +10,20 @@
 
 #include "runtime/sched/scheduler.h"
 #include "runtime/sched/scheduler_internal.h"
+#include "runtime/spec/sampled_drafts.h"
 
 namespace ltm {
+
+namespace {
+
+// Whether seq's drafts this step were sampled (each with its q in draft_probs), not a point mass.
+template <typename Seq>  // Scheduler::Sequence
+bool sampled_drafts(const Seq* seq, int64_t vocab) {
+  return !seq->drafts.empty() &&
+         seq->draft_probs.size() == seq->drafts.size() * static_cast<size_t>(vocab);
+}
+
+}  // namespace
 
 bool Scheduler::speculating() const {
   return proposer_ != nullptr && static_cast<int32_t>(running_.size()) <= options_.spec.max_batch;
@@ -28,6 +40,7 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
     Sequence* seq = it.get();
     if (seq->busy) continue;
     seq->drafts.clear();  // none left from a step that did not take it
+    seq->draft_probs.clear();
     if (seen++ >= max_seqs) continue;
     const int32_t n = static_cast<int32_t>(seq->tokens.size());
     if (n - seq->n_computed != 1) continue;  // in prefill
@@ -36,34 +49,59 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
     const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
                                        static_cast<int32_t>(config_.n_positions) - n);
     double token_cost = options_.spec.token_cost > 0 ? options_.spec.token_cost : 0.15;
-    if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
-      const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
-      token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
+    // Sampled drafts: the tokens depend on how many drafts each step verifies (an accepted draft
+    // is the draft's draw, a token without one the target's), so the draft length must not
+    // depend on timings: a draft weighs its model's parameters over the target's (a decode step
+    // reads its weights), not the seconds measured.
+    const bool sampled = seq->req.sampling.temperature > 0 && proposer_->parameters() > 0;
+    if (sampled) {
+      token_cost += static_cast<double>(proposer_->parameters()) /
+                    static_cast<double>(std::max<int64_t>(1, config_.parameter_count()));
+    } else {
+      if (options_.spec.token_cost <= 0 && cost_.ready()) {  // measured (SpecOptions::token_cost)
+        const double batch = cost_.per_token_s() * static_cast<double>(running_.size());
+        token_cost = std::clamp(batch / (cost_.fixed_s() + batch), 0.01, 1.0);
+      }
+      // A draft model's own time per draft, against a step's (Proposer::seconds_per_draft).
+      if (const double s = proposer_->seconds_per_draft(); s > 0 && cost_.ready())
+        token_cost += s / cost_.step_seconds(static_cast<int32_t>(running_.size()));
     }
-    // A draft model's own time per draft, against a step's (Proposer::seconds_per_draft).
-    if (const double s = proposer_->seconds_per_draft(); s > 0 && cost_.ready())
-      token_cost += s / cost_.step_seconds(static_cast<int32_t>(running_.size()));
     const int32_t k = std::min(seq->draft_length.next(token_cost), remaining - 1);
     if (k <= 0) continue;
-    requests.push_back({seq->id, seq->tokens, seq->n_prompt, k, &seq->drafts});
+    DraftRequest r{seq->id, seq->tokens, seq->n_prompt, k, &seq->drafts};
+    if (seq->req.sampling.temperature > 0) {  // a proposer with a distribution samples from it
+      r.sampling = &seq->req.sampling;
+      r.token_index = seq->generated();  // draft i guesses token g + i (row i's, add_draft_rows)
+      r.probs = &seq->draft_probs;
+    }
+    requests.push_back(r);
     wanted.emplace_back(seq, k);
   }
   if (requests.empty()) return;
   proposer_->propose_all(requests);
-  for (auto& [seq, k] : wanted)
+  const size_t V = static_cast<size_t>(config_.vocab_size);
+  for (auto& [seq, k] : wanted) {
     if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
+    if (!seq->draft_probs.empty()) seq->draft_probs.resize(seq->drafts.size() * V);
+  }
 }
 
 void Scheduler::plan_drafts(Sequence* seq, int32_t max_drafts) {
   seq->drafts_accepted = 0;
   seq->draft_rejected = false;
-  if (static_cast<int32_t>(seq->drafts.size()) > max_drafts)
+  if (static_cast<int32_t>(seq->drafts.size()) > max_drafts) {
     seq->drafts.resize(static_cast<size_t>(std::max(0, max_drafts)));
+    if (!seq->draft_probs.empty())
+      seq->draft_probs.resize(seq->drafts.size() * static_cast<size_t>(config_.vocab_size));
+  }
   // Drafts must not make room by preempting another sequence: only blocks that are free now.
   const int32_t need = blocks_for(seq->n_computed + 1 + static_cast<int32_t>(seq->drafts.size()),
                                   block_size_) -
                        static_cast<int32_t>(seq->blocks.size());
-  if (need > 0 && need > blocks_.n_free()) seq->drafts.clear();
+  if (need > 0 && need > blocks_.n_free()) {
+    seq->drafts.clear();
+    seq->draft_probs.clear();
+  }
 }
 
 void Scheduler::add_draft_rows(Sequence* seq, int32_t row0, StepPlan* step, InFlightPlan* plan) {
@@ -82,7 +120,9 @@ void Scheduler::add_draft_rows(Sequence* seq, int32_t row0, StepPlan* step, InFl
     step->input.logit_rows.push_back(row0 + i);
     step->sampling.push_back(std::move(rs));
     plan->rows.push_back({seq, true, i});
-    if (seq->req.return_full_logits) step->want_logits = true;
+    // Sampled drafts are verified on rank 0 against the target's whole distribution at each row.
+    if (seq->req.return_full_logits || sampled_drafts(seq, config_.vocab_size))
+      step->want_logits = true;
   }
 }
 
@@ -90,7 +130,32 @@ bool Scheduler::draft_row_counts(const Sequence* seq, int32_t spec_row) const {
   return spec_row <= seq->drafts_accepted && !seq->draft_rejected;
 }
 
-void Scheduler::note_draft_row(Sequence* seq, int32_t spec_row, int32_t token) {
+void Scheduler::note_draft_row(Sequence* seq, int32_t spec_row, const std::vector<float>& row,
+                               SampleResult* sample, RowLogprobs* logprobs) {
+  const int64_t V = config_.vocab_size;
+  if (spec_row < static_cast<int32_t>(seq->drafts.size()) && sampled_drafts(seq, V) &&
+      static_cast<int64_t>(row.size()) == V) {
+    // The rule for a sampled q (runtime/spec/sampled_drafts.h). Rows before this one were
+    // accepted, so seq->tokens is this row's context and generated() the index of its token.
+    const SamplingParams& params = seq->req.sampling;
+    std::span<const int32_t> history;
+    if (params.repetition_penalty != 1.0f) history = seq->tokens;
+    std::vector<float> p;
+    processed_probabilities(row, params, history, &p);
+    const std::span<const float> q(seq->draft_probs.data() + static_cast<size_t>(spec_row) * V,
+                                   static_cast<size_t>(V));
+    Rng rng = verify_rng(params.seed, seq->generated());
+    const DraftVerdict v = verify_sampled_draft(p, q, seq->drafts[spec_row], rng);
+    if (v.token >= 0 && v.token != sample->token) {
+      sample->token = v.token;
+      sample->logprob = processed_logprob(row, params, history, v.token);
+      if (logprobs && logprobs->ok()) {
+        std::vector<int32_t> scratch;
+        *logprobs = row_logprobs(row, v.token, logprobs->n_top, &scratch);
+      }
+    }
+  }
+  const int32_t token = sample->token;
   if (spec_row < static_cast<int32_t>(seq->drafts.size()) && token == seq->drafts[spec_row]) {
     seq->drafts_accepted = spec_row + 1;
     seq->spec_accepted++;  // before the token is emitted: a final event counts it
@@ -104,6 +169,7 @@ void Scheduler::end_draft_step(Sequence* seq) {
   const int32_t accepted = seq->drafts_accepted;
   seq->draft_length.observe(proposed, accepted);
   seq->drafts.clear();
+  seq->draft_probs.clear();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.spec_proposed_tokens += proposed;

@@ -10,6 +10,7 @@
 #include "runtime/model/capacity_plan.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/weight_source.h"
+#include "runtime/spec/sampled_drafts.h"
 
 namespace ltm {
 
@@ -181,8 +182,25 @@ std::vector<int32_t> DraftModelProposer::forward(const std::vector<Rows>& batch)
     seconds_per_draft_ = seconds_per_draft_ == 0 ? s : 0.8 * seconds_per_draft_ + 0.2 * s;
   }
   std::vector<int32_t> next(static_cast<size_t>(m), 0);
-  for (int64_t i = 0; i < m; ++i) {  // greedy: the first largest logit (NaN never wins)
+  for (int64_t i = 0; i < m; ++i) {
     const float* row = rows + i * vl;
+    if (const DraftRequest* r = batch[static_cast<size_t>(i)].request) {
+      // Sampled: q is the request's processing of the draft's logits; the history for a
+      // repetition penalty is the sequence's tokens and the guesses so far (Seq::tokens now).
+      std::vector<float> q;
+      const std::span<const int32_t> history =
+          r->sampling->repetition_penalty != 1.0f
+              ? std::span<const int32_t>(batch[static_cast<size_t>(i)].seq->tokens)
+              : std::span<const int32_t>();
+      processed_probabilities(std::span<const float>(row, static_cast<size_t>(V)), *r->sampling,
+                              history, &q);
+      Rng rng = draft_rng(r->sampling->seed, r->token_index + batch[static_cast<size_t>(i)].draft);
+      const int32_t x = draw_from_weights(q, rng.uniform());
+      next[static_cast<size_t>(i)] = x;
+      if (x >= 0) r->probs->insert(r->probs->end(), q.begin(), q.end());
+      continue;
+    }
+    // Greedy: the first largest logit (NaN never wins).
     int64_t best = 0;
     for (int64_t v = 1; v < V; ++v)
       if (row[v] > row[best] || (row[best] != row[best] && row[v] == row[v])) best = v;
@@ -222,24 +240,42 @@ void DraftModelProposer::propose_all(std::span<const DraftRequest> requests) {
   if (active.empty()) return;
   // The first pass computes each sequence's new tokens (the step's correction, or its prompt
   // the first time); each later pass one row per sequence that wants more drafts: the last one.
+  // A request with a temperature > 0 and somewhere to put q gets sampled guesses.
+  const auto sampled = [](const DraftRequest* r) {
+    return r->sampling && r->sampling->temperature > 0 && r->probs ? r : nullptr;
+  };
   std::vector<Rows> batch;
   for (const Active& a : active)
-    batch.push_back({a.seq, std::vector<int32_t>(a.r->tokens.begin() +
-                                                     static_cast<std::ptrdiff_t>(a.seq->tokens.size()),
-                                                 a.r->tokens.end())});
+    batch.push_back({a.seq,
+                     std::vector<int32_t>(a.r->tokens.begin() +
+                                              static_cast<std::ptrdiff_t>(a.seq->tokens.size()),
+                                          a.r->tokens.end()),
+                     sampled(a.r), 0});
   std::vector<int32_t> next = forward(batch);
-  for (size_t i = 0; i < active.size(); ++i) active[i].r->out->push_back(next[i]);
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (next[i] < 0) {  // no distribution to sample (a bad row): no guesses
+      active[i].k = 0;
+      continue;
+    }
+    active[i].r->out->push_back(next[i]);
+  }
   for (int32_t t = 1;; ++t) {
     batch.clear();
     std::vector<size_t> which;
     for (size_t i = 0; i < active.size(); ++i) {
       if (active[i].k <= t) continue;
-      batch.push_back({active[i].seq, {active[i].r->out->back()}});
+      batch.push_back({active[i].seq, {active[i].r->out->back()}, sampled(active[i].r), t});
       which.push_back(i);
     }
     if (batch.empty()) break;
     next = forward(batch);
-    for (size_t j = 0; j < which.size(); ++j) active[which[j]].r->out->push_back(next[j]);
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (next[j] < 0) {
+        active[which[j]].k = 0;
+        continue;
+      }
+      active[which[j]].r->out->push_back(next[j]);
+    }
   }
 }
 

@@ -1,12 +1,16 @@
 // The draft-model proposer (--speculative draft --draft-model DIR): a small model that shares the
-// target's tokenizer guesses the next tokens greedily, and the target verifies them as it does
-// prompt lookup's (runtime/sched/scheduler_spec.cpp). It runs on rank 0 alone, in the scheduler's
+// target's tokenizer guesses the next tokens, greedily at temperature 0 (verified as prompt
+// lookup's) and sampled from its own distribution q at temperature > 0 (verified by the rule for
+// a sampled q, runtime/spec/sampled_drafts.h), and the target verifies them
+// (runtime/sched/scheduler_spec.cpp). It runs on rank 0 alone, in the scheduler's
 // process and thread, on a CPU backend of its own with its own paged KV cache, whatever the
 // target's layout (tp x pp, CPU or CUDA).
 //
 // A greedy draft is a deterministic proposal (a function of the tokens so far), so accepting a
-// draft iff the target's sampled row equals it keeps the target's distribution exactly, at any
-// temperature (runtime/spec/proposer.h). Its numbers depend on the batch it ran in only as far
+// draft iff the target's sampled row equals it keeps the target's distribution exactly
+// (runtime/spec/proposer.h); a sampled draft (DraftRequest::probs) is drawn with the request's
+// temperature, top-k, top-p and repetition penalty applied to the draft's logits, from
+// draft_rng(seed, token index), and keeps the target's distribution by the general rule. Its numbers depend on the batch it ran in only as far
 // as rounding does, as the target's do.
 //
 // State per sequence: the tokens whose K/V the draft's cache holds and their blocks. A call
@@ -60,6 +64,7 @@ class DraftModelProposer final : public Proposer {
   // A decayed mean of the draft passes' seconds per sequence (passes of one or two rows a
   // sequence: a prompt's first pass is not a draft's cost).
   double seconds_per_draft() const override { return seconds_per_draft_; }
+  int64_t parameters() const override { return config().parameter_count(); }
 
   const ModelConfig& config() const { return model_->config(); }
   // What it holds (the worker's memory report): model_->weight_bytes() and the KV cache's bytes,
@@ -91,10 +96,14 @@ class DraftModelProposer final : public Proposer {
   bool reserve(Seq& seq, int32_t n_tokens, const std::map<uint64_t, bool>& keep);
   void drop(std::map<uint64_t, Seq>::iterator it);
   // One forward pass: rows[i] are sequence i's new tokens (from its Seq::tokens' end); returns
-  // the greedy token after each sequence's last row.
+  // the token after each sequence's last row: greedy, or with `request` (temperature > 0 and
+  // probs) drawn from the draft's distribution q there (runtime/spec/sampled_drafts.h), q
+  // appended to *request->probs; -1 where a sampled row has no distribution (a bad row).
   struct Rows {
     Seq* seq;
     std::vector<int32_t> tokens;
+    const DraftRequest* request = nullptr;  // set: sample guess number `draft` of this request
+    int32_t draft = 0;
   };
   std::vector<int32_t> forward(const std::vector<Rows>& batch);
 

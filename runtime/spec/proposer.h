@@ -5,6 +5,7 @@
 // Why the output is exactly the target's (docs/architecture.md, "Speculative decoding"): a
 // sequence with drafts d_0..d_{k-1} runs k + 1 rows in one step (its last token and the drafts),
 // row i sampled as an ordinary token of index g + i with its own random stream (seed, g + i).
+// (This paragraph is deterministic proposals; sampled drafts are the next one.)
 // Row i is used only while every draft before it was accepted, so its context is then exactly the
 // sequence's; d_i is accepted iff row i's sample equals it. For a deterministic proposal (a draft
 // is a function of the tokens so far: prompt lookup, a greedy draft model) this is the standard
@@ -18,6 +19,25 @@
 // still independent of everything that decided the context. Hence every kept token is the token
 // non-speculative decoding draws with the same stream: greedy and sampled output alike are
 // those of `--speculative off` (up to the rounding of a k + 1-row step against a 1-row one).
+//
+// Sampled drafts (a draft model at temperature > 0: runtime/spec/sampled_drafts.h) are not a
+// function of the tokens so far: draft x_i is drawn from the draft's own distribution q_i with the
+// stream draft_rng(seed, g + i), and q_i comes back with it (DraftRequest::probs). Rank 0 then
+// decides row i itself from the row's whole logits: with p_i the target's processed distribution
+// there, accept x_i iff u q_i(x_i) < p_i(x_i), u the first uniform of verify_rng(seed, g + i)
+// (probability min(1, p/q)); on rejection emit a draw from norm(max(0, p_i - q_i)) with its second
+// uniform and end the step; after k acceptances the bonus row k is the engine's draw from p_k, as
+// above. P(emit y) = q(y) min(1, p(y)/q(y)) + (1 - sum_x min(p(x), q(x))) max(0, p(y) - q(y)) / Z
+// = min(p(y), q(y)) + max(0, p(y) - q(y)) = p(y), since Z = sum max(0, p - q) = 1 - sum min(p, q).
+// The uniforms: token n's draws (draft_rng, verify_rng, and the engine's for_step stream for a
+// bonus or a step without drafts) are pure functions of (seed, n) and are used only while the
+// context before n is final, a function of the draws of tokens < n; a stream drawn again for n
+// (its draft thrown away behind an earlier rejection) is still independent of that context, so
+// each emitted token's law given its context is p and the output's is exactly the target's. It is
+// not `off`'s token for token (an accepted draft is the draft's draw), and which token comes from
+// which stream depends on the draft lengths: the scheduler picks them for sampled drafts without
+// timings (Proposer::parameters), so a seed gives the same tokens run to run. With q one-hot the
+// rule is the point-mass rule above, which greedy requests and prompt lookup keep.
 // Threading: a Proposer is used by one thread (the scheduler's step thread); DraftLength is a
 // value.
 #pragma once
@@ -29,6 +49,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/sampling/sampler.h"
 
 namespace ltm {
 
@@ -44,6 +65,15 @@ struct DraftRequest {
   int32_t n_prompt = 0;
   int32_t max_tokens = 0;
   std::vector<int32_t>* out = nullptr;  // the guesses are appended here
+  // Sampled drafts (runtime/spec/sampled_drafts.h): with `probs` set and a temperature > 0 in
+  // `sampling`, a proposer that has a distribution (DraftModelProposer) draws guess i from it
+  // with draft_rng(sampling->seed, token_index + i) and appends that distribution q, vocab_size
+  // floats, to *probs for each guess; the scheduler then verifies by the rule for a sampled q.
+  // A proposer that leaves *probs empty proposed deterministically (a point mass: prompt lookup,
+  // a greedy draft), verified as such.
+  const SamplingParams* sampling = nullptr;
+  int32_t token_index = 0;  // tokens generated before the first guess
+  std::vector<float>* probs = nullptr;
 };
 
 class Proposer {
@@ -63,6 +93,10 @@ class Proposer {
   // next to nothing, as prompt lookup's). The scheduler adds it, against a step's time, to the
   // cost DraftLength weighs a draft at, so drafts that cost more than they save stop.
   virtual double seconds_per_draft() const { return 0; }
+  // The proposer's model's parameters (0: no model). For sampled drafts the scheduler weighs a
+  // draft at this over the target's parameters instead of the seconds measured, so that the draft
+  // lengths, and with them a seeded run's tokens, do not depend on timings.
+  virtual int64_t parameters() const { return 0; }
 };
 
 // Prompt lookup: the last n tokens (n from max_ngram down to min_ngram) are looked up among the

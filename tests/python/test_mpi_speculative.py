@@ -70,14 +70,25 @@ def test_a_draft_model_gives_the_tokens_of_off_in_every_layout(drafts, draft):
             assert spec["accepted_tokens"] < spec["proposed_tokens"] / 2, spec
 
 
-def test_a_draft_model_keeps_sampled_output(drafts):
-    """A greedy draft is a deterministic proposal: seeded sampling gives the tokens of off."""
+def test_a_sampled_draft_is_reproducible_and_counted(drafts):
+    """At temperature > 0 the draft samples its proposals from its own distribution and the target
+    verifies them by the rule for a sampled draft (runtime/spec/sampled_drafts.h): the output's
+    distribution is the target's (tests/spec/sampled_drafts_test.cpp checks it statistically), not
+    off's tokens one for one; a seeded run gives the same tokens run to run (the draft lengths do
+    not depend on timings), one rank and tp 2, with drafts proposed, accepted and counted."""
     sampling = ["--temperature", "0.8", "--top-k", "40", "--seed", "11"]
-    base = run(1, 1, "off", *sampling)
     for tp, pp in [(1, 1), (2, 1)]:
-        got = run(tp, pp, "draft", "--draft-model", drafts["first-block"], *sampling)
-        assert got["generated_ids"] == base["generated_ids"], (tp, pp)
-        assert 0 < got["speculative"]["accepted_tokens"], got["speculative"]
+        first = run(tp, pp, "draft", "--draft-model", drafts["first-block"], *sampling)
+        again = run(tp, pp, "draft", "--draft-model", drafts["first-block"], *sampling)
+        spec = first["speculative"]
+        print(f"sampled draft tp={tp} pp={pp}: {spec}")
+        assert first["generated_ids"] == again["generated_ids"], (tp, pp)
+        assert len(first["generated_ids"]) == 48
+        assert 0 < spec["accepted_tokens"] <= spec["proposed_tokens"], spec
+        assert spec == again["speculative"], (spec, again["speculative"])
+    # Another seed, other tokens.
+    other = run(1, 1, "draft", "--draft-model", drafts["first-block"], *sampling[:-1], "12")
+    assert other["generated_ids"] != first["generated_ids"]
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -132,3 +143,11 @@ def test_a_server_counts_drafts_in_metrics_and_keeps_the_tokens(spec):
         assert 0 < accepted <= proposed
         assert srv.sample("ltm_spec_steps_total", fams) > 0
         assert srv.sample("ltm_spec_request_acceptance_rate_count", fams) == 3
+        # A sampled call (for draft: sampled drafts) is counted too.
+        r = client.generate(prompt_token_ids=base["prompt_ids"], max_new_tokens=48,
+                            temperature=1.0, seed=5, ignore_eos=True)
+        assert len(r.token_ids) == 48
+        srv.wait_http_idle()
+        fams = srv.metrics()
+        assert srv.sample("ltm_spec_proposed_tokens_total", fams) > proposed
+        assert srv.sample("ltm_spec_request_acceptance_rate_count", fams) == 4
