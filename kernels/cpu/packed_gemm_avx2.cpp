@@ -179,15 +179,16 @@ inline __m256 cvt8(const uint16_t* p) {
 }
 
 // As tile, B 16-bit (rows kWidth elements apart).
+// k_rest: the panel's rows from b on (>= k; prefetching may run past this call's k into them).
 template <int R, int V, bool kMasked, bool kF16>
 inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                   int64_t k, float beta, const __m256i* mk, bool prefetch) {
+                   int64_t k, float beta, const __m256i* mk, bool prefetch, int64_t k_rest) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
-  const int64_t kp = prefetch && k > kPrefetch16 ? k - kPrefetch16 : 0;
+  const int64_t kp = prefetch && k_rest > kPrefetch16 ? min_i(k, k_rest - kPrefetch16) : 0;
   for (int64_t p = 0; p < k; ++p) {
     const uint16_t* bp = b + p * kWidth;
     if (p < kp) {
@@ -213,7 +214,7 @@ inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int
 // split into fp32 by a shift and a mask; every accumulator sees the rows in order, as in tile16.
 template <int R, int V, bool kMasked>
 inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                       int64_t k, float beta, const __m256i* mk, bool prefetch) {
+                       int64_t k, float beta, const __m256i* mk, bool prefetch, int64_t k_rest) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -221,8 +222,8 @@ inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c,
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   constexpr int64_t kAheadPairs = kPrefetch16 / 2;
-  const int64_t pairs = (k + 1) / 2;
-  const int64_t kp = prefetch && pairs > kAheadPairs ? pairs - kAheadPairs : 0;
+  const int64_t pairs = (k + 1) / 2, pairs_rest = (k_rest + 1) / 2;
+  const int64_t kp = prefetch && pairs_rest > kAheadPairs ? min_i(pairs, pairs_rest - kAheadPairs) : 0;
   for (int64_t q = 0; q < pairs; ++q) {
     const uint16_t* bq = b + q * 2 * kWidth;
     if (q < kp) {  // the whole pair row (256 bytes), whichever half this tile reads
@@ -252,31 +253,40 @@ inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c,
 }
 
 // panel_loops.inc's decode path for 16-bit panels: m <= 2, read and converted in registers.
+// The sum goes by the scratch path's chunks of kKChunk16 rows (each chunk's sum from zero, added
+// to C: the call's beta for the first chunk, 1 after), so a row gives the same bits alone, as one
+// of two, or as one of 3..12 rows of a verify step (SixteenBitRowsAgreeUpToTwelve); the chunks
+// cost C's store and reload every 64 rows, and the prefetch runs on across them.
 template <bool kMasked, bool kF16>
 bool decode16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m, int64_t k,
               int64_t cols, float beta, const __m256i* mk) {
+  if (m > 2) return false;
   const int64_t lda = k;
-  if (m == 1) {
-    if constexpr (kF16) {
-      tile16<1, 8, kMasked, kF16>(a, lda, panel, c, ldc, k, beta, mk, true);
-    } else {
-      tile_pairs<1, 8, kMasked>(a, lda, panel, c, ldc, k, beta, mk, true);
+  static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
+  for (int64_t p0 = 0; p0 < k; p0 += kKChunk16) {
+    const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
+    const float b0 = p0 == 0 ? beta : 1.0f;
+    const float* ap = a + p0;
+    const uint16_t* bp = panel + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
+    if (m == 1) {
+      if constexpr (kF16) {
+        tile16<1, 8, kMasked, kF16>(ap, lda, bp, c, ldc, kc, b0, mk, true, rest);
+      } else {
+        tile_pairs<1, 8, kMasked>(ap, lda, bp, c, ldc, kc, b0, mk, true, rest);
+      }
+      continue;
     }
-    return true;
-  }
-  if (m == 2) {
     for (int64_t s = 0; s * 32 < cols; ++s) {
       if constexpr (kF16) {
-        tile16<2, 4, kMasked, kF16>(a, lda, panel + s * 32, c + s * 32, ldc, k, beta, mk + s * 4,
-                                    s == 0);
+        tile16<2, 4, kMasked, kF16>(ap, lda, bp + s * 32, c + s * 32, ldc, kc, b0, mk + s * 4,
+                                    s == 0, rest);
       } else {  // columns 32 s.. sit at 2 x 32 s in a pair row
-        tile_pairs<2, 4, kMasked>(a, lda, panel + s * 64, c + s * 32, ldc, k, beta, mk + s * 4,
-                                  s == 0);
+        tile_pairs<2, 4, kMasked>(ap, lda, bp + s * 64, c + s * 32, ldc, kc, b0, mk + s * 4,
+                                  s == 0, rest);
       }
     }
-    return true;
   }
-  return false;
+  return true;
 }
 
 using Mask = __m256i;
