@@ -236,10 +236,10 @@ TEST_P(PackedGemmIsa, SixteenBitRaggedShapes) {
           for (float beta : {0.0f, 0.5f}) check16(m, n, k, beta, t);
 }
 
-// On AVX-512 and AVX2, 16-bit weights: a row of A gives the same bits whether it is multiplied alone (the
-// decode kernel) or as one of up to 12 rows (a verify step of speculative decoding, which must
-// reproduce the decode's greedy tokens): every path up to 12 rows sums the whole k in order (AVX2: by the same
-// 64-row chunks, each added into C).
+// On AVX-512 and AVX2, 16-bit weights: a row of A gives the same bits whether it is multiplied
+// alone (the decode kernel) or as one of up to 12 rows (a verify step of speculative decoding,
+// which must reproduce the decode's greedy tokens): every path up to 12 rows sums the whole k in
+// order (AVX2: by the same 64-row chunks, each added into C).
 TEST_P(PackedGemmIsa, SixteenBitRowsAgreeUpToTwelve) {
   if (GetParam() == Isa::kPortable) GTEST_SKIP() << "the property is the AVX-512 and AVX2 paths'";
   for (WeightType t : k16BitTypes)
