@@ -161,10 +161,10 @@ template <int R, bool kMasked, typename L2>
 
 // ---- 16-bit panels (bf16, fp16): the same layout with 2-byte elements ----
 //
-// m <= 2 (decode): the panel rows are converted in registers as read (bf16, pairs of rows: a
-// shift left 16 and a mask; fp16: F16C's vcvtph2ps), half the bytes of the fp32 kernel. Larger m: each
-// chunk of kKChunk panel rows is converted once into an fp32 scratch (16 KB, L1) and the fp32
-// tiles run on it.
+// m <= kRegRows16 (decode, a verify step, small batches): the panel rows are converted in
+// registers as read (bf16, pairs of rows: a shift left 16 and a mask; fp16: F16C's vcvtph2ps),
+// half the bytes of the fp32 kernel, by the chunks of kKChunk16 rows of the path for larger m,
+// which converts each chunk once into an fp32 scratch (16 KB, L1) and runs the fp32 tiles on it.
 
 constexpr int64_t kPrefetch16 = 16;  // panel rows (128 bytes each) prefetched ahead
 
@@ -180,7 +180,9 @@ inline __m256 cvt8(const uint16_t* p) {
 
 // As tile, B 16-bit (rows kWidth elements apart).
 // k_rest: the panel's rows from b on (>= k; prefetching may run past this call's k into them).
-template <int R, int V, bool kMasked, bool kF16>
+// H: B vectors converted at a time (V, or fewer where R V accumulators and V B registers would not
+// fit: 3 rows x 32 columns take two halves, each row's broadcast read again for the second).
+template <int R, int V, bool kMasked, bool kF16, int H = V>
 inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                    int64_t k, float beta, const __m256i* mk, bool prefetch, int64_t k_rest) {
   __m256 acc[R][V];
@@ -196,14 +198,19 @@ inline void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int
       _mm_prefetch(pf, _MM_HINT_T0);
       _mm_prefetch(pf + 64, _MM_HINT_T0);
     }
-    __m256 bv[V];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) bv[v] = cvt8<kF16>(bp + 8 * v);
+    for (int h = 0; h < V; h += H) {
+      // Read the broadcasts again: otherwise GCC keeps them in registers and spills accumulators.
+      if (h > 0) asm volatile("" ::: "memory");
+      __m256 bv[H];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + r * lda + p);
+      for (int v = 0; v < H; ++v) bv[v] = cvt8<kF16>(bp + 8 * (h + v));
 #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bv[v], acc[r][v]);
+      for (int r = 0; r < R; ++r) {
+        const __m256 x = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 8
+        for (int v = 0; v < H; ++v) acc[r][h + v] = _mm256_fmadd_ps(x, bv[v], acc[r][h + v]);
+      }
     }
   }
   store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
@@ -252,39 +259,141 @@ inline void tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c,
   store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
 }
 
-// panel_loops.inc's decode path for 16-bit panels: m <= 2, read and converted in registers.
-// The sum goes by the scratch path's chunks of kKChunk16 rows (each chunk's sum from zero, added
-// to C: the call's beta for the first chunk, 1 after), so a row gives the same bits alone, as one
-// of two, or as one of 3..12 rows of a verify step (SixteenBitRowsAgreeUpToTwelve); the chunks
-// cost C's store and reload every 64 rows, and the prefetch runs on across them.
+// tile_pairs for 3..6 rows, where the 12 accumulators (3 x 32 or 6 x 16 columns) leave no
+// registers for a pair's even and odd vectors together: per pair row and H vectors (8 H columns),
+// the even rows' vectors are converted and each row's broadcast meets them all, then the same for
+// the odd rows, the pair read again from L1. A broadcast per row, half pair and 8 H columns
+// (tile_pairs: per row, half pair and 8 columns); each accumulator still sees rows 2q, 2q + 1 in
+// order.
+template <int R, int V, int H, bool kMasked>
+inline void tile_pairs_phased(const float* a, int64_t lda, const uint16_t* b, float* c,
+                              int64_t ldc, int64_t k, float beta, const __m256i* mk,
+                              bool prefetch, int64_t k_rest) {
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  constexpr int64_t kAheadPairs = kPrefetch16 / 2;
+  const int64_t pairs = (k + 1) / 2, pairs_rest = (k_rest + 1) / 2;
+  const int64_t kp = prefetch && pairs_rest > kAheadPairs ? min_i(pairs, pairs_rest - kAheadPairs) : 0;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* bq = b + q * 2 * kWidth;
+    if (q < kp) {
+      const char* pf = reinterpret_cast<const char*>(bq + kAheadPairs * 2 * kWidth);
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
+    }
+    const bool both = 2 * q + 1 < k;  // false only for the pad row of an odd k
+#pragma GCC unroll 8
+    for (int h = 0; h < V; h += H) {
+      // Each phase reads the pair (and the broadcasts) again: otherwise GCC keeps the first
+      // loads in registers and spills accumulators instead, a store and a reload in their chains
+      // (6 rows cost 1.17x).
+      if (h > 0) asm volatile("" ::: "memory");
+      __m256 w[H];
+#pragma GCC unroll 8
+      for (int v = 0; v < H; ++v)
+        w[v] = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 16 * (h + v))), 16));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 x = _mm256_broadcast_ss(a + r * lda + 2 * q);
+#pragma GCC unroll 8
+        for (int v = 0; v < H; ++v) acc[r][h + v] = _mm256_fmadd_ps(x, w[v], acc[r][h + v]);
+      }
+      if (both) {
+        asm volatile("" ::: "memory");
+#pragma GCC unroll 8
+        for (int v = 0; v < H; ++v)
+          w[v] = _mm256_castsi256_ps(_mm256_and_si256(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bq + 16 * (h + v))), hi));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256 x = _mm256_broadcast_ss(a + r * lda + 2 * q + 1);
+#pragma GCC unroll 8
+          for (int v = 0; v < H; ++v) acc[r][h + v] = _mm256_fmadd_ps(x, w[v], acc[r][h + v]);
+        }
+      }
+    }
+  }
+  store_tile<R, V, kMasked>(acc, c, ldc, beta, mk);
+}
+
+// Columns of a register-converted tile of R rows (8 V a strip): 1 x 64, 2 x 32, 3 x 32, and
+// 4..6 x 16 as the fp32 tiles: 8..12 accumulators from 2 rows on.
+template <int R>
+constexpr int kRegV = R == 1 ? 8 : R <= 3 ? 4 : 2;
+
+// R rows of A over one chunk of kc panel rows, strip by strip over the panel's columns [0, cols),
+// each strip's B converted in registers as read; the first strip prefetches the panel rows ahead
+// (prefetch). rest: the panel's rows from b on (the prefetch may run past the chunk).
+template <int R, bool kMasked, bool kF16>
+[[gnu::noinline]] void rows16(const float* a, int64_t lda, const uint16_t* b, float* c,
+                              int64_t ldc, int64_t kc, float beta, const __m256i* mk,
+                              int64_t cols, bool prefetch, int64_t rest) {
+  constexpr int V = kRegV<R>, H = R >= 3 ? 2 : V;
+  for (int64_t s = 0; s * 8 * V < cols; ++s) {
+    const bool pf = prefetch && s == 0;
+    if constexpr (kF16) {
+      tile16<R, V, kMasked, kF16, H>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, kc, beta,
+                                     mk + s * V, pf, rest);
+    } else if constexpr (R >= 3) {  // columns 8 V s.. sit at 2 x 8 V s in a pair row
+      tile_pairs_phased<R, V, H, kMasked>(a, lda, b + s * 16 * V, c + s * 8 * V, ldc, kc, beta,
+                                          mk + s * V, pf, rest);
+    } else {
+      tile_pairs<R, V, kMasked>(a, lda, b + s * 16 * V, c + s * 8 * V, ldc, kc, beta, mk + s * V,
+                                pf, rest);
+    }
+  }
+}
+
+template <bool kMasked, bool kF16>
+void rows16_n(int64_t rows, const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+              int64_t kc, float beta, const __m256i* mk, int64_t cols, bool prefetch,
+              int64_t rest) {
+  switch (rows) {
+    case 1: rows16<1, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+    case 2: rows16<2, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+    case 3: rows16<3, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+    case 4: rows16<4, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+    case 5: rows16<5, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+    default: rows16<6, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
+  }
+}
+
+// Rows of A up to which a 16-bit panel is converted in registers (decode16); more take the
+// scratch path. On models/kjv-small's GEMMs (1 thread, forced AVX2 on the Xeon, 2026-12-03) the
+// register path cost 0.5x the scratch path at 3 rows, 0.65-0.7x at 4..6, 0.67-0.8x at 12 (an
+// earlier form still ~0.9x at 13..24: the limit is the verify steps', not measured).
+#ifndef PG_AVX2_REG16_ROWS
+#define PG_AVX2_REG16_ROWS 12
+#endif
+constexpr int64_t kRegRows16 = PG_AVX2_REG16_ROWS;
+
+// panel_loops.inc's decode path for 16-bit panels, m <= kRegRows16 (decode, a verify step of
+// speculative decoding, a small decode batch): the panel read and converted in registers, by row
+// groups of up to kMaxRows (the groups after the first read the chunk from L1). The sum goes by
+// the scratch path's chunks of kKChunk16 rows (each chunk's sum from zero in row order, added to
+// C: the call's beta for the first chunk, 1 after), so a row gives the same bits alone, as one
+// of any 2..kRegRows16 rows, or as one of a larger step (SixteenBitRowsAgreeUpToTwelve); the
+// chunks cost C's store and reload every 64 rows, and the prefetch runs on across them.
 template <bool kMasked, bool kF16>
 bool decode16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m, int64_t k,
               int64_t cols, float beta, const __m256i* mk) {
-  if (m > 2) return false;
+  if (m > kRegRows16) return false;
   const int64_t lda = k;
   static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
   for (int64_t p0 = 0; p0 < k; p0 += kKChunk16) {
     const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
     const float b0 = p0 == 0 ? beta : 1.0f;
-    const float* ap = a + p0;
     const uint16_t* bp = panel + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
-    if (m == 1) {
-      if constexpr (kF16) {
-        tile16<1, 8, kMasked, kF16>(ap, lda, bp, c, ldc, kc, b0, mk, true, rest);
-      } else {
-        tile_pairs<1, 8, kMasked>(ap, lda, bp, c, ldc, kc, b0, mk, true, rest);
-      }
-      continue;
-    }
-    for (int64_t s = 0; s * 32 < cols; ++s) {
-      if constexpr (kF16) {
-        tile16<2, 4, kMasked, kF16>(ap, lda, bp + s * 32, c + s * 32, ldc, kc, b0, mk + s * 4,
-                                    s == 0, rest);
-      } else {  // columns 32 s.. sit at 2 x 32 s in a pair row
-        tile_pairs<2, 4, kMasked>(ap, lda, bp + s * 64, c + s * 32, ldc, kc, b0, mk + s * 4,
-                                  s == 0, rest);
-      }
-    }
+    for (int64_t i = 0; i < m; i += kMaxRows)
+      rows16_n<kMasked, kF16>(min_i(m - i, kMaxRows), a + i * lda + p0, lda, bp, c + i * ldc, ldc,
+                              kc, b0, mk, cols, i == 0, rest);
   }
   return true;
 }

@@ -227,8 +227,7 @@ TEST_P(PackedGemmIsa, SixteenBitGpt2Shapes) {
 
 TEST_P(PackedGemmIsa, SixteenBitRaggedShapes) {
   // n not a multiple of 64 (nor 16, nor 8); k around the 64- and 128-row chunks; m over every
-  // row count of the register tiles, AVX-512's two tiles (7..12) and the scratch path (m > 12 on
-  // AVX-512, m > 2 on AVX2).
+  // row count of the register tiles, the two tiles (7..12) and the scratch path (m > 12).
   for (WeightType t : k16BitTypes)
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13})
       for (int64_t n : {1, 17, 63, 65, 130, 200})
@@ -252,6 +251,39 @@ TEST_P(PackedGemmIsa, SixteenBitRowsAgreeUpToTwelve) {
         for (int64_t i = 0; i < 12; ++i)
           packed_gemm(in.a.data() + i * k, packed.data(), t, alone.data() + i * n, 1, n, k, beta);
         for (int64_t m = 2; m <= 12; ++m) {
+          std::vector<float> out = in.c0;
+          packed_gemm(in.a.data(), packed.data(), t, out.data(), m, n, k, beta);
+          EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
+              << weight_type_name(t) << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta;
+        }
+      }
+}
+
+// The register-converted rows of a verify step (AVX2, 3..12 rows: 3 x 32, 4..6 x 16 and two row
+// groups, bf16 converted by halves of a pair) over ragged panels: odd k (bf16's pad row), n tails
+// of every strip width, k across the 64-row chunks. Against the reference, and bit for bit against
+// each row alone and (AVX2) inside the scratch path's 13..16 rows, so that a change of the
+// summation order in every register path at once, which SixteenBitRowsAgreeUpToTwelve cannot
+// see, fails here. (AVX-512 only up to its two tiles' 12 rows: its scratch path beyond sums by
+// 128-row chunks, the tiles the whole k, so rows 13.. differ in the last bits for k > 128.)
+TEST_P(PackedGemmIsa, SixteenBitVerifyRowsRagged) {
+  for (WeightType t : k16BitTypes)
+    for (int64_t m : {3, 4, 5, 6, 10, 11})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{17, 7}, {63, 65}, {130, 129}, {200, 191}})
+        check16(m, n, k, m % 2 ? 0.5f : 0.0f, t);
+  if (GetParam() == Isa::kPortable) return;  // the bits: the AVX-512 and AVX2 paths' property
+  const int64_t kRows = GetParam() == Isa::kAvx2 ? 16 : 12;
+  for (WeightType t : k16BitTypes)
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{17, 7}, {40, 63}, {63, 65}, {130, 129},
+                        {200, 191}, {65, 257}})
+      for (float beta : {0.0f, 0.5f}) {
+        const Inputs in = random_inputs(16, n, k);
+        std::vector<unsigned char> packed(packed_bytes(k, n, t));
+        pack_weight_rows(in.w.data(), 0, k, k, n, t, packed.data());
+        std::vector<float> alone = in.c0;
+        for (int64_t i = 0; i < kRows; ++i)
+          packed_gemm(in.a.data() + i * k, packed.data(), t, alone.data() + i * n, 1, n, k, beta);
+        for (int64_t m = 2; m <= kRows; ++m) {
           std::vector<float> out = in.c0;
           packed_gemm(in.a.data(), packed.data(), t, out.data(), m, n, k, beta);
           EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
