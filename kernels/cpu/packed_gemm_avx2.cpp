@@ -328,26 +328,41 @@ inline void tile_pairs_phased(const float* a, int64_t lda, const uint16_t* b, fl
 template <int R>
 constexpr int kRegV = R == 1 ? 8 : R <= 3 ? 4 : 2;
 
+// One strip of a row group: R rows x 8 V columns from column j of the panel, H vectors of B
+// converted at a time (tile16, tile_pairs_phased); pf: prefetch the panel rows ahead.
+template <int R, int V, int H, bool kMasked, bool kF16>
+inline void strip16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                    int64_t kc, float beta, const __m256i* mk, int64_t j, bool pf, int64_t rest) {
+  if constexpr (kF16) {
+    tile16<R, V, kMasked, kF16, H>(a, lda, b + j, c + j, ldc, kc, beta, mk + j / 8, pf, rest);
+  } else if constexpr (R >= 3) {  // column j sits at 2 j in a pair row
+    tile_pairs_phased<R, V, H, kMasked>(a, lda, b + 2 * j, c + j, ldc, kc, beta, mk + j / 8, pf,
+                                        rest);
+  } else {
+    tile_pairs<R, V, kMasked>(a, lda, b + 2 * j, c + j, ldc, kc, beta, mk + j / 8, pf, rest);
+  }
+}
+
 // R rows of A over one chunk of kc panel rows, strip by strip over the panel's columns [0, cols),
 // each strip's B converted in registers as read; the first strip prefetches the panel rows ahead
 // (prefetch). rest: the panel's rows from b on (the prefetch may run past the chunk).
+#ifndef PG_AVX2_R4W24
+#define PG_AVX2_R4W24 1
+#endif
 template <int R, bool kMasked, bool kF16>
 [[gnu::noinline]] void rows16(const float* a, int64_t lda, const uint16_t* b, float* c,
                               int64_t ldc, int64_t kc, float beta, const __m256i* mk,
                               int64_t cols, bool prefetch, int64_t rest) {
-  constexpr int V = kRegV<R>, H = R >= 3 ? 2 : V;
-  for (int64_t s = 0; s * 8 * V < cols; ++s) {
-    const bool pf = prefetch && s == 0;
-    if constexpr (kF16) {
-      tile16<R, V, kMasked, kF16, H>(a, lda, b + s * 8 * V, c + s * 8 * V, ldc, kc, beta,
-                                     mk + s * V, pf, rest);
-    } else if constexpr (R >= 3) {  // columns 8 V s.. sit at 2 x 8 V s in a pair row
-      tile_pairs_phased<R, V, H, kMasked>(a, lda, b + s * 16 * V, c + s * 8 * V, ldc, kc, beta,
-                                          mk + s * V, pf, rest);
-    } else {
-      tile_pairs<R, V, kMasked>(a, lda, b + s * 16 * V, c + s * 8 * V, ldc, kc, beta, mk + s * V,
-                                pf, rest);
-    }
+  if constexpr (R == 4 && PG_AVX2_R4W24) {
+    // 4 x 24, 4 x 24, 4 x 16: 12 accumulators where 4 x 16 has 8, each one FMA a row (or two
+    // chained a bf16 pair): 8 chains are as many as the FMA pipes hold, with no slack.
+    strip16<4, 3, 3, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, 0, prefetch, rest);
+    if (cols > 24) strip16<4, 3, 3, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, 24, false, rest);
+    if (cols > 48) strip16<4, 2, 2, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, 48, false, rest);
+  } else {
+    constexpr int V = kRegV<R>, H = R >= 3 ? 2 : V;
+    for (int64_t j = 0; j < cols; j += 8 * V)
+      strip16<R, V, H, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, j, prefetch && j == 0, rest);
   }
 }
 
