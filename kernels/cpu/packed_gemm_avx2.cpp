@@ -8,7 +8,9 @@
 // Every tile has at least 6 independent accumulators, enough to hide the FMA latency (4 cycles,
 // 2 ports). As in the AVX-512 kernel, B is walked in chunks of kKChunk rows that stay in L1 while
 // all the row groups of A use them, and the first row group prefetches the chunk from memory:
-// the walk and the entry points are panel_loops.inc's, included at the end.
+// the walk and the entry points are panel_loops.inc's, included at the end. 16-bit panels of up
+// to 12 rows of A are converted in registers by tiles of their own (3 x 32, 4 x 24, 5-6 x 16: 10
+// to 12 accumulators, as 8 chains at one FMA a row left the 4 x 16 tile latency-bound).
 #if defined(__x86_64__) || defined(__i386__)
 #if !(defined(__AVX2__) && defined(__FMA__))
 #error "packed_gemm_avx2.cpp needs -mavx2 -mfma (kernels/CMakeLists.txt)"
@@ -382,8 +384,9 @@ void rows16_n(int64_t rows, const float* a, int64_t lda, const uint16_t* b, floa
 
 // Rows of A up to which a 16-bit panel is converted in registers (decode16); more take the
 // scratch path. On models/kjv-small's GEMMs (1 thread, forced AVX2 on the Xeon, 2026-12-03) the
-// register path cost 0.5x the scratch path at 3 rows, 0.65-0.7x at 4..6, 0.67-0.8x at 12 (an
-// earlier form still ~0.9x at 13..24: the limit is the verify steps', not measured).
+// register path cost 0.5-0.7x the scratch path at 3 rows, 0.65-0.85x at 6, 0.7-0.93x at 12 (the
+// lower figures at load 3-6, the higher at load 1.5; an earlier form still 0.9x at 13..24, under
+// load); 12 covers a verify step of two sequences, as on AVX-512.
 #ifndef PG_AVX2_REG16_ROWS
 #define PG_AVX2_REG16_ROWS 12
 #endif
