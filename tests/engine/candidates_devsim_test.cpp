@@ -77,9 +77,12 @@ void check(const testing::SampleBatch& b, int tp) {
       const SampleRowParams& p = b.params[r];
       const int64_t row = candidate_row_bytes(p, valid);
       EXPECT_LE(row, (4 * valid + 7) / 8 * 8) << "row " << r << " copies back more than its slice";
-      if (p.temperature == 0.0f) EXPECT_EQ(row, 8) << "row " << r;
-      if (p.temperature != 0.0f && p.top_k > 0 && 2 * p.top_k < valid)
+      if (p.temperature == 0.0f) {
+        EXPECT_EQ(row, 8) << "row " << r;
+      }
+      if (p.temperature != 0.0f && p.top_k > 0 && 2 * p.top_k < valid) {
         EXPECT_EQ(row, 8 * p.top_k) << "row " << r;
+      }
       slice_bytes += static_cast<size_t>(4 * valid);
       read_candidate_row(got.out.data(), b.params.data(), b.rows(), valid,
                          static_cast<int32_t>(begin), r, &sets[r][rank]);
@@ -100,9 +103,10 @@ void check(const testing::SampleBatch& b, int tp) {
     Rng rng = Rng::for_step(rp.seed, rp.token_index);
     const SampleResult s = sample_from_candidate_sets(sets[r], p, rng);
     EXPECT_EQ(s.token, tokens[r]) << "tp " << tp << ", row " << r;
-    if (s.ok() && std::isfinite(logprobs[r]))
+    if (s.ok() && std::isfinite(logprobs[r])) {
       EXPECT_NEAR(s.logprob, logprobs[r], 1e-5 + 1e-6 * std::fabs(logprobs[r]))
           << "tp " << tp << ", row " << r;
+    }
   }
 }
 

@@ -21,6 +21,17 @@ ModelConfig gpt3(int64_t layers, int64_t d, int64_t heads) {
   return c;
 }
 
+// GPT-3 125M in bf16 weights and an fp16 KV cache on two CPU ranks.
+PlanInput gpt3_125m_bf16_on_two_cpu_ranks() {
+  PlanInput in;
+  in.config = gpt3(12, 768, 12);
+  in.device = *find_device("cpu");
+  in.world_size = 2;
+  in.weights = Precision::kBF16;
+  in.kv = Precision::kF16;
+  return in;
+}
+
 const LayoutPlan& layout(const Plan& p, int tp, int pp) {
   for (const LayoutPlan& l : p.layouts)
     if (l.tp == tp && l.pp == pp) return l;
@@ -64,12 +75,7 @@ TEST(CapacityPlan, Gpt3_125mByHand) {
 }
 
 TEST(CapacityPlan, Gpt3_125mBf16TensorParallelByHand) {
-  PlanInput in;
-  in.config = gpt3(12, 768, 12);
-  in.device = *find_device("cpu");
-  in.world_size = 2;
-  in.weights = Precision::kBF16;
-  in.kv = Precision::kF16;
+  PlanInput in = gpt3_125m_bf16_on_two_cpu_ranks();
   const Plan p = *make_plan(in);
   const LayoutPlan& tp2 = layout(p, 2, 1);
   // Per layer: half of each matrix (12 d^2 / 2 elements, bf16) and the vectors (3d/2 + d + 4d/2
@@ -288,12 +294,7 @@ namespace {
 // --speculative draft: rank 0 also holds the draft model (runtime/spec/draft_model.h), its
 // weights and a KV cache with a full context for --spec-max-batch + 1 sequences.
 TEST(CapacityPlan, DraftModelIsCountedOnRankZero) {
-  PlanInput in;
-  in.config = gpt3(12, 768, 12);
-  in.device = *find_device("cpu");
-  in.world_size = 2;
-  in.weights = Precision::kBF16;
-  in.kv = Precision::kF16;
+  PlanInput in = gpt3_125m_bf16_on_two_cpu_ranks();
   const Plan without = *make_plan(in);
   in.draft = true;
   in.draft_config = gpt3(2, 256, 4);  // 2 layers, d 256, the target's vocabulary
