@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -432,6 +433,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     std::this_thread::sleep_for(std::chrono::milliseconds(800));  // let gRPC send the answers
   });
   std::atomic<bool> done{false};
+  std::optional<Clock::time_point> drain_deadline;  // set by the watcher, read after join()
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (done.load()) return;
@@ -439,13 +441,21 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
     (*server)->begin_drain();
     if (http) http->begin_drain();
-    scheduler.stop(Clock::now() + std::chrono::duration_cast<Clock::duration>(drain));
+    drain_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(drain);
+    scheduler.stop(*drain_deadline);
   });
   scheduler.serve();
   done.store(true);
   watcher.join();
-  (*server)->shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  if (http) http->shutdown(Clock::now() + std::chrono::seconds(5));
+  // The engine is done, but a front door may still hold what it produced: a slow reader (or, on a
+  // loaded machine, a connection thread that fell behind the step thread) gets until the drain
+  // deadline to take the rest, at least 5 s. A fixed 5 s cut drained streams short under ASan.
+  const Clock::time_point flush_from = Clock::now();
+  const auto flush_for = std::max<Clock::duration>(
+      std::chrono::seconds(5), drain_deadline ? *drain_deadline - flush_from : Clock::duration{});
+  (*server)->shutdown(std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(flush_for));
+  if (http) http->shutdown(flush_from + flush_for);  // the same deadline, not another flush_for
   parallel::set_abort_hook(nullptr);  // the scheduler goes out of scope
   spdlog::info("drained, exiting");
   return 0;
