@@ -84,8 +84,11 @@ int perplexity_mode(const WorkerOptions& o, RankSetup& rs, const Tokenizer* toke
     return 2;
   }
 
-  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size,
-                      SchedulerOptions{o.max_batch_tokens, o.max_running, o.max_queue});
+  SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = o.max_running;
+  sopts.max_queue = o.max_queue;
+  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
   // As many windows at once as the KV cache holds (each needs its tokens + the sampled one).
   const int64_t blocks_per_window = (window + 1 + o.block_size - 1) / o.block_size;
   const size_t at_once = static_cast<size_t>(std::clamp<int64_t>(

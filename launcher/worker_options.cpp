@@ -92,6 +92,7 @@ po::options_description describe(WorkerOptions* o) {
       ("insecure-public", po::bool_switch(&o->insecure_public), "allow --listen or --http on an address other hosts can reach with neither TLS nor --api-key-file (refused otherwise; start-up then logs a warning)")
       ("http", po::value(&o->http), "also serve the OpenAI completions API, /health and /metrics over HTTP on ADDR:PORT (rank 0; needs --listen)")
       ("http-threads", po::value(&o->http_threads)->default_value(2), "threads of the HTTP server (every connection shares them)")
+      ("http-idle-timeout", po::value(&o->http_idle_timeout_s)->default_value(60.0), "seconds an HTTP connection may wait between requests, take to send one, or leave a response unread before it is closed")
       ("http-max-connections", po::value(&o->http_max_connections)->default_value(0), "open HTTP connections at most; when full, the longest-idle one is closed for a new one (0: 1024, or fewer where the descriptor limit needs it; one that does not fit the limit is refused)")
       ("help,h", "this help")
       ("version", "print the version and exit");
@@ -260,6 +261,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
                   "(put a TLS proxy in front of it)");
   }
   if (o->http_threads < 1 || o->http_threads > 64) return fail("--http-threads must be in [1, 64]");
+  if (!(o->http_idle_timeout_s >= 1 && o->http_idle_timeout_s <= 86400))
+    return fail("--http-idle-timeout must be in [1, 86400] seconds");
   if (o->http_max_connections < 0 || o->http_max_connections > (1 << 20))
     return fail("--http-max-connections must be 0 (automatic) or in [1, 1048576]");
   // Nobody gets in by default: a front door other hosts can reach needs TLS or an API key, or

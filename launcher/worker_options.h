@@ -83,6 +83,7 @@ struct WorkerOptions {
   std::string http;
   int http_threads = 2;
   int32_t http_max_connections = 0;  // 0: 1024, or less where the descriptor limit asks for it
+  double http_idle_timeout_s = 60;    // a connection silent (or not reading) this long is closed
   // LoRA adapters (launcher/lora_setup.h)
   std::vector<std::string> lora;  // NAME=DIR, loaded at start-up (repeatable)
   bool lora_merge = false;      // fold the one --lora into the weights

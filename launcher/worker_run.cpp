@@ -144,7 +144,10 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
   req.adapter = o.adapter;
   const std::vector<int32_t> prompt_ids = req.prompt_ids;
 
-  SchedulerOptions sopts{o.max_batch_tokens, o.max_running, 1};
+  SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = o.max_running;
+  sopts.max_queue = 1;
   sopts.spec = spec_options(o, std::move(draft));
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
@@ -273,8 +276,13 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   spdlog::info("{}", descriptors.summary);
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
-  SchedulerOptions sopts{o.max_batch_tokens, o.max_running, o.max_queue, o.micro_batches,
-                         o.keepalive_s, &metrics};
+  SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = o.max_running;
+  sopts.max_queue = o.max_queue;
+  sopts.micro_batches = o.micro_batches;
+  sopts.keepalive_s = o.keepalive_s;
+  sopts.metrics = &metrics;
   sopts.lora_max_rank = o.lora_max_rank;
   sopts.lora_max_adapters = o.lora_max_adapters;
   sopts.prefix_cache = o.prefix_cache == "on";
@@ -374,6 +382,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
     HttpServerOptions hopts;
     hopts.address = o.http;
     hopts.threads = o.http_threads;
+    hopts.idle_timeout_s = o.http_idle_timeout_s;
     hopts.max_connections = descriptors.http_max_connections;
     hopts.api_key = gopts.api_key;
     hopts.metrics = &metrics;

@@ -706,12 +706,17 @@ def test_drain_flushes_a_slow_reader(tmp_path):
     server drains: the front door writes on until --drain-timeout, not a fixed 5 s after the last
     step (in CI under ASan that cut a drained stream at 442 of 500 events). ~4 MB of events
     (4600 tokens, 20 alternatives each) fill the kernel's buffers (4 MiB at most for the server's
-    socket, tcp_wmem), so the rest waits in the server while the client does not read."""
+    socket, tcp_wmem), so the rest waits in the server while the client does not read. Under load
+    (six end-to-end tests beside it) it was cut by the 60 s a stalled write may wait: hence the
+    longer --http-idle-timeout."""
     model = str(tmp_path / "model")
     make_checkpoint(model, copy_vocab_from=GPT2_DIR, std=0.2, seed=12,
                     n_positions=4800, n_embd=64, n_layer=2, n_head=4)
     srv = HttpServer(model, name="slowreader", log_dir=str(tmp_path),
-                     extra=["--kv-memory-mb", 64, "--drain-timeout", 600])
+                     # --http-idle-timeout: the stalled write waits for the reader however
+                     # slowly a loaded machine generates (60 s by default, then it is dropped)
+                     extra=["--kv-memory-mb", 64, "--drain-timeout", 600,
+                            "--http-idle-timeout", 600])
     with srv:
         n_tokens = 4600
         body = {"prompt": "A long story", "max_tokens": n_tokens, "ignore_eos": True,
