@@ -120,6 +120,11 @@ namespace avx512 {
 void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t k, int64_t cols,
                  float beta);
 }  // namespace avx512
+namespace avx2 {
+// The same on the AVX2 path (S panels taking turns, their accumulators in L1 between turns).
+void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t k, int64_t cols,
+                 float beta);
+}  // namespace avx2
 // AMX (packed_gemm_amx.cpp), outside the table: an addition to the AVX-512 path (cpu_isa.h).
 namespace amx {
 bool request_amx();  // asks Linux for the tile state; false when refused

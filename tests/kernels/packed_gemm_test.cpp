@@ -314,8 +314,8 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
 }
 
 TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
-  // Decode (m = 1): on the AVX-512 path each thread walks its panels 4 at a time
-  // (avx512::gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
+  // Decode (m = 1): on the AVX-512 path (and AVX2's for fp32) each thread walks its panels 4 at a
+  // time (gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
   const int saved = blas_threads();
   for (int threads : {1, 2}) {
     set_blas_threads(threads);
@@ -323,6 +323,36 @@ TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
       for (float beta : {0.0f, 1.0f}) {
         check(1, n, 97, beta);
         for (WeightType t : k16BitTypes) check16(1, n, 97, beta, t);
+      }
+  }
+  set_blas_threads(saved);
+}
+
+// AVX2, fp32: a decode row (avx2::gemv_panels, the panels of a thread's share taken 4 at a time,
+// their accumulators kept in L1 between turns) gives the bits of the same row in a step of 2..16
+// rows (the row groups' tiles): both sum each 64-row chunk from zero in row order and add it
+// into C. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
+TEST_P(PackedGemmIsa, F32DecodeRowIsABatchRow) {
+  if (GetParam() != Isa::kAvx2) GTEST_SKIP() << "the AVX2 path's property";
+  const int saved = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{63, 65}, {130, 129}, {520, 191}, {1000, 300},
+                        {576, 64}})
+      for (float beta : {0.0f, 0.5f}) {
+        const Inputs in = random_inputs(16, n, k);
+        std::vector<float> packed(packed_floats(k, n));
+        pack_weight(in.w.data(), k, n, packed.data());
+        std::vector<float> alone = in.c0;
+        for (int64_t i = 0; i < 16; ++i)
+          packed_gemm(in.a.data() + i * k, packed.data(), alone.data() + i * n, 1, n, k, beta);
+        for (int64_t m : {2, 3, 6, 7, 12, 16}) {
+          std::vector<float> out = in.c0;
+          packed_gemm(in.a.data(), packed.data(), out.data(), m, n, k, beta);
+          EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
+              << "threads=" << threads << " m=" << m << " n=" << n << " k=" << k
+              << " beta=" << beta;
+        }
       }
   }
   set_blas_threads(saved);
