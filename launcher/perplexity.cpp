@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "launcher/worker_run.h"
 #include "runtime/sched/scheduler.h"
 
 namespace ltm {
@@ -84,11 +85,8 @@ int perplexity_mode(const WorkerOptions& o, RankSetup& rs, const Tokenizer* toke
     return 2;
   }
 
-  SchedulerOptions sopts;
-  sopts.max_batch_tokens = o.max_batch_tokens;
-  sopts.max_running = o.max_running;
-  sopts.max_queue = o.max_queue;
-  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
+  Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size,
+                      scheduler_options(o));
   // As many windows at once as the KV cache holds (each needs its tokens + the sampled one).
   const int64_t blocks_per_window = (window + 1 + o.block_size - 1) / o.block_size;
   const size_t at_once = static_cast<size_t>(std::clamp<int64_t>(

@@ -144,13 +144,9 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
   req.adapter = o.adapter;
   const std::vector<int32_t> prompt_ids = req.prompt_ids;
 
-  SchedulerOptions sopts;
-  sopts.max_batch_tokens = o.max_batch_tokens;
-  sopts.max_running = o.max_running;
+  SchedulerOptions sopts = scheduler_options(o);
   sopts.max_queue = 1;
   sopts.spec = spec_options(o, std::move(draft));
-  sopts.lora_max_rank = o.lora_max_rank;
-  sopts.lora_max_adapters = o.lora_max_adapters;
   Scheduler scheduler(*rs.engine, tokenizer, config, rs.n_blocks, o.block_size, sopts);
   if (absl::Status st = load_startup_adapters(o, scheduler); !st.ok()) {
     std::fprintf(stderr, "ltm-worker: --lora: %s\n", std::string(st.message()).c_str());
@@ -276,15 +272,10 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   spdlog::info("{}", descriptors.summary);
   const ModelConfig& config = rs.model->config();
   ServeMetrics metrics;
-  SchedulerOptions sopts;
-  sopts.max_batch_tokens = o.max_batch_tokens;
-  sopts.max_running = o.max_running;
-  sopts.max_queue = o.max_queue;
+  SchedulerOptions sopts = scheduler_options(o);
   sopts.micro_batches = o.micro_batches;
   sopts.keepalive_s = o.keepalive_s;
   sopts.metrics = &metrics;
-  sopts.lora_max_rank = o.lora_max_rank;
-  sopts.lora_max_adapters = o.lora_max_adapters;
   sopts.prefix_cache = o.prefix_cache == "on";
   sopts.spec = spec_options(o, std::move(draft));
   const std::string kv_name = precision_name(rs.kv_precision);
@@ -473,6 +464,16 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
 #endif  // LTM_GPU_ONLY
 
 }  // namespace
+
+SchedulerOptions scheduler_options(const WorkerOptions& o) {
+  SchedulerOptions sopts;
+  sopts.max_batch_tokens = o.max_batch_tokens;
+  sopts.max_running = o.max_running;
+  sopts.max_queue = o.max_queue;
+  sopts.lora_max_rank = o.lora_max_rank;
+  sopts.lora_max_adapters = o.lora_max_adapters;
+  return sopts;
+}
 
 int run_worker(const WorkerOptions& o, int* argc, char*** argv) {
   // SIGUSR1 asks a server to drain; mpirun forwards it to every rank, and its default action

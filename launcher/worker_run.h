@@ -4,9 +4,15 @@
 #pragma once
 
 #include "launcher/worker_options.h"
+#include "runtime/sched/scheduler.h"
 
 namespace ltm {
 
 int run_worker(const WorkerOptions& options, int* argc, char*** argv);
+
+// The scheduler settings every use of the worker's scheduler takes from the flags (serving,
+// one-shot, --perplexity): --max-batch-tokens, --max-running, --max-queue, --lora-max-rank,
+// --lora-max-adapters. Each caller sets the rest.
+SchedulerOptions scheduler_options(const WorkerOptions& o);
 
 }  // namespace ltm

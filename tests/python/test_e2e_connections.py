@@ -154,24 +154,19 @@ def test_start_up_states_the_descriptor_plan(worker):
     assert f"HTTP connections up to {CAP};" in log, log
 
 
-def test_a_cap_that_does_not_fit_the_limit_is_refused_naming_the_flag(model, tmp_path):
-    w = Worker(model, tmp_path, "--http-max-connections", "1000")
+@pytest.mark.parametrize("flag,value,message", [
+    ("--http-max-connections", "1000",
+     "--http-max-connections 1000 does not fit the descriptor limit 400"),
+    ("--http-idle-timeout", "0", "--http-idle-timeout must be in [1, 86400] seconds"),
+])
+def test_a_bad_connection_flag_is_refused_naming_it(model, tmp_path, flag, value, message):
+    w = Worker(model, tmp_path, flag, value)
     try:
         code = w.proc.wait(timeout=60)
     finally:
         w.stop()
     assert code == 2, w.text()
-    assert "--http-max-connections 1000 does not fit the descriptor limit 400" in w.text(), w.text()
-
-
-def test_a_bad_idle_timeout_is_refused_naming_the_flag(model, tmp_path):
-    w = Worker(model, tmp_path, "--http-idle-timeout", "0")
-    try:
-        code = w.proc.wait(timeout=60)
-    finally:
-        w.stop()
-    assert code == 2, w.text()
-    assert "--http-idle-timeout must be in [1, 86400] seconds" in w.text(), w.text()
+    assert message in w.text(), w.text()
 
 
 def test_idle_connections_beyond_the_cap_do_not_lock_clients_out(worker):
