@@ -32,15 +32,13 @@ constexpr int64_t kPrefetch = 8;              // panel rows prefetched ahead by 
 constexpr int64_t kKChunk = PG_AVX2_KCHUNK;  // [64 x 64] floats = 16 KB: half of Zen 3's L1
 constexpr int64_t kKChunk16 = kKChunk;        // 16-bit panels: rows converted per chunk
 constexpr int kMaxRows = 6;                   // rows of A per row group (panel_loops.inc)
-#ifndef PG_AVX2_FAR
-#define PG_AVX2_FAR 0
-#endif
 #ifndef PG_AVX2_L2_NEXT
 #define PG_AVX2_L2_NEXT 1
 #endif
 constexpr bool kL2Next = PG_AVX2_L2_NEXT != 0;  // the next chunk pulled into L2 (panel_loops.inc)
-// A tile's share of panel_loops.inc's L2Stream, spread evenly over its k steps: `per` lines
-// from `base` at every `every`-th step, `lines` in all. A group's share is split over its
+// A tile's share of panel_loops.inc's L2Stream, spread evenly over its k steps: `lines` lines
+// from `base`, one whenever a running sum of `lines` a step passes k (no division: the three
+// this took per strip were 2-3% of a batch-32 step in perf). A group's share is split over its
 // strips (strips below), so that the prefetches of the next chunk are spread over the whole time
 // the group computes, not issued in one burst by the first strip: with 52 lines in the first 64
 // of a group's 256 steps (m = 32), the strip carrying them ran 1.65x as long as the others
@@ -48,7 +46,7 @@ constexpr bool kL2Next = PG_AVX2_L2_NEXT != 0;  // the next chunk pulled into L2
 // core's fill buffers hold). Spread: m = 32, 1 thread, weights from memory, +7-12%.
 struct L2Spread {
   const char* base = nullptr;
-  int64_t lines = 0, every = 1, per = 1;
+  int64_t lines = 0;
 };
 // A tile without a stream: no code.
 struct NoL2 {};
@@ -86,15 +84,16 @@ inline void store_tile(const __m256 (&acc)[R][V], float* c, int64_t ldc, float b
 // then be the row's start); l2 (an L2Spread): lines of the next chunk pulled into L2.
 template <int R, int V, bool kMasked, typename L2 = NoL2>
 inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
-                 float beta, const __m256i* mk, bool prefetch, const L2& l2 = {},
-                 int64_t far = 0) {
+                 float beta, const __m256i* mk, bool prefetch, const L2& l2 = {}) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   const int64_t kp = prefetch && k > kPrefetch ? k - kPrefetch : 0;
-  [[maybe_unused]] int64_t l2_next = 0, l2_line = 0;
+  [[maybe_unused]] int64_t l2_sum = 0;
+  [[maybe_unused]] const char* l2_at = nullptr;
+  if constexpr (kSpread<L2>) l2_at = l2.base;
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b + p * kWidth;
     if (p < kp) {
@@ -103,19 +102,13 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
       _mm_prefetch(pf + 64, _MM_HINT_T0);
       _mm_prefetch(pf + 128, _MM_HINT_T0);
       _mm_prefetch(pf + 192, _MM_HINT_T0);
-      if (far > 0) {
-        const char* pf2 = reinterpret_cast<const char*>(bp + far * kWidth);
-        _mm_prefetch(pf2, _MM_HINT_T1);
-        _mm_prefetch(pf2 + 64, _MM_HINT_T1);
-        _mm_prefetch(pf2 + 128, _MM_HINT_T1);
-        _mm_prefetch(pf2 + 192, _MM_HINT_T1);
-      }
     }
     if constexpr (kSpread<L2>) {
-      if (p == l2_next) {
-        l2_next += l2.every;
-        for (int64_t q = 0; q < l2.per && l2_line < l2.lines; ++q, ++l2_line)
-          _mm_prefetch(l2.base + l2_line * 64, _MM_HINT_T1);
+      l2_sum += l2.lines;
+      while (l2_sum >= k) {  // k steps issue exactly l2.lines prefetches
+        l2_sum -= k;
+        _mm_prefetch(l2_at, _MM_HINT_T1);
+        l2_at += 64;
       }
     }
     __m256 bv[V];
@@ -138,7 +131,8 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
 template <int R, int V, bool kMasked, typename L2>
 inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
                    float beta, const __m256i* mk, int64_t cols, bool prefetch, const L2& l2) {
-  const int64_t n_strips = (cols + 8 * V - 1) / (8 * V);
+  // A full panel's strip count is a constant, so that the share below is a shift.
+  const int64_t n_strips = kMasked ? (cols + 8 * V - 1) / (8 * V) : kWidth / (8 * V);
   // Each strip takes an even part of the group's lines, spread over its k steps.
   const int64_t sub = l2.lines > 0 && k > 0 ? (l2.lines + n_strips - 1) / n_strips : 0;
   for (int64_t s = 0; s < n_strips; ++s) {
@@ -149,13 +143,9 @@ inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_
       L2Spread sp;
       sp.base = l2.base + first * 64;
       sp.lines = lines;
-      sp.every = k >= lines ? k / lines : 1;
-      const int64_t slots = (k + sp.every - 1) / sp.every;
-      sp.per = (lines + slots - 1) / slots;
       tile<R, V, kMasked>(a, lda, bs, cs, ldc, k, beta, mk + s * V, prefetch && s == 0, sp);
     } else {
-      tile<R, V, kMasked>(a, lda, bs, cs, ldc, k, beta, mk + s * V, prefetch && s == 0, {},
-                          R == 1 && prefetch ? PG_AVX2_FAR : 0);
+      tile<R, V, kMasked>(a, lda, bs, cs, ldc, k, beta, mk + s * V, prefetch && s == 0);
     }
   }
 }
