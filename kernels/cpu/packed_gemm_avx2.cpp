@@ -407,14 +407,16 @@ bool decode16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int6
   if (m > kRegRows16) return false;
   const int64_t lda = k;
   static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
-  for (int64_t p0 = 0; p0 < k; p0 += kKChunk16) {
+  int64_t p0 = 0;
+  do {  // at least once: k = 0 still writes beta * C
     const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
     const float b0 = p0 == 0 ? beta : 1.0f;
     const uint16_t* bp = panel + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
     for (int64_t i = 0; i < m; i += kMaxRows)
       rows16_n<kMasked, kF16>(min_i(m - i, kMaxRows), a + i * lda + p0, lda, bp, c + i * ldc, ldc,
                               kc, b0, mk, cols, i == 0, rest);
-  }
+    p0 += kc;
+  } while (p0 < k);
   return true;
 }
 
@@ -472,7 +474,8 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, float beta)
   const char* base = static_cast<const char*>(panels);
   [[maybe_unused]] const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   alignas(32) float part[S][kWidth];
-  for (int64_t p0 = 0; p0 < k; p0 += kKChunk) {
+  int64_t p0 = 0;
+  do {  // at least once: k = 0 still writes beta * C
     const int64_t u0 = p0 / kUnitRows, u1 = min_i(units, (p0 + kKChunk) / kUnitRows);
     for (int s = 0; s < S; ++s)
       for (int v = 0; v < 8; ++v) _mm256_store_ps(part[s] + 8 * v, _mm256_setzero_ps());
@@ -536,7 +539,8 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, float beta)
         if (cb != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cv), out);
         _mm256_storeu_ps(cv, out);
       }
-  }
+    p0 += kKChunk;
+  } while (p0 < k);
 }
 
 template <int kType>

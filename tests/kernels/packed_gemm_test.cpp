@@ -358,6 +358,25 @@ TEST_P(PackedGemmIsa, F32DecodeRowIsABatchRow) {
   set_blas_threads(saved);
 }
 
+// k = 0 (an empty reduction): C = beta * C on every path, weight type and row count, C written
+// even where no row of B is read (NaN before, so beta = 0 must give 0, not keep it).
+TEST_P(PackedGemmIsa, AnEmptyReductionWritesBetaTimesC) {
+  for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16})
+    for (int64_t m : {1, 2, 7, 13})
+      for (int64_t n : {1, 65, 300})
+        for (float beta : {0.0f, 0.5f}) {
+          std::vector<float> a(1), c0(static_cast<size_t>(m * n));
+          for (size_t i = 0; i < c0.size(); ++i) c0[i] = static_cast<float>(i % 7) - 3.0f;
+          std::vector<unsigned char> packed(std::max<size_t>(1, packed_bytes(0, n, t)));
+          std::vector<float> out = c0;
+          if (beta == 0.0f) std::fill(out.begin(), out.end(), std::nanf(""));
+          packed_gemm(a.data(), packed.data(), t, out.data(), m, n, 0, beta);
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_EQ(out[i], beta * c0[i]) << weight_type_name(t) << " m=" << m << " n=" << n
+                                            << " beta=" << beta << " at " << i;
+        }
+}
+
 TEST_P(PackedGemmIsa, F32TypeMatchesFloatApi) {
   // WeightType::kF32 through the generic functions: the same bytes and results as the float* API.
   const int64_t m = 5, n = 130, k = 129;
