@@ -68,13 +68,13 @@ RowSplit split_rows(int64_t m, int64_t panels, int threads) {
 
 #ifdef LTM_CPU_X86
 namespace {
-// m == 1 on the AVX-512 and AVX2 paths: each thread takes an even share of the panels, in
-// order, and walks them 4 at a time (gemv_panels: several streams per core). true when it ran.
+// m == 1 on the AVX-512 path, m <= 2 on the AVX2 path: each thread takes an even share of the
+// panels, in order, and walks them 4 at a time (gemv_panels: several streams per core). true
+// when it ran.
 bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem_bytes, float* c,
                        int64_t m, int64_t n, int64_t k, float beta) {
-  if (m != 1) return false;
-  const bool avx2 = isa() == Isa::kAvx2;
-  if (isa() != Isa::kAvx512 && !avx2) return false;
+  const bool avx2 = isa() == Isa::kAvx2 && m <= 2;
+  if (!avx2 && (m != 1 || isa() != Isa::kAvx512)) return false;
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
   const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blas_threads(), panels)));
   const char* base = static_cast<const char*>(packed);
@@ -88,7 +88,7 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
       const int64_t c0 = j * kPanelWidth;
       const int64_t cols = std::min<int64_t>(std::min<int64_t>(4, j1 - j) * kPanelWidth, n - c0);
       if (avx2)
-        avx2::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
+        avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta);
       else
         avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
     }

@@ -462,8 +462,12 @@ constexpr int64_t kTurnBytes = PG_AVX2_GEMV_TURN_BYTES;    // of a panel per tur
 constexpr int64_t kAheadBytes = PG_AVX2_GEMV_AHEAD_BYTES;  // prefetched ahead per stream
 
 // kType: 0 fp32, 1 bf16 (a unit is a pair row), 2 fp16; a unit is one panel row otherwise.
-template <int S, int kType>
-void gemv_s(const float* a, const void* panels, float* c, int64_t k, float beta) {
+// R rows of A (1 or 2, k apart; C's rows ldc apart): the R x 8 accumulators of a panel do not fit
+// the registers for R = 2, so each turn runs over R parts of 8 V columns (V = 8 / R, the tiles'
+// widths: 1 x 64, 2 x 32), the later parts reading the turn's rows again from L1.
+template <int S, int kType, int R>
+void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k, float beta) {
+  constexpr int V = 8 / R;
   constexpr int64_t kUnitRows = kType == 1 ? 2 : 1;
   constexpr int64_t kUnitBytes = kWidth * (kType == 0 ? 4 : 2) * kUnitRows;
   constexpr int64_t kTurn = kTurnBytes / kUnitBytes > 0 ? kTurnBytes / kUnitBytes : 1;
@@ -473,86 +477,106 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, float beta)
   const int64_t panel_bytes = units * kUnitBytes;
   const char* base = static_cast<const char*>(panels);
   [[maybe_unused]] const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  alignas(32) float part[S][kWidth];
+  alignas(32) float part[S][R][kWidth];
   int64_t p0 = 0;
   do {  // at least once: k = 0 still writes beta * C
     const int64_t u0 = p0 / kUnitRows, u1 = min_i(units, (p0 + kKChunk) / kUnitRows);
     for (int s = 0; s < S; ++s)
-      for (int v = 0; v < 8; ++v) _mm256_store_ps(part[s] + 8 * v, _mm256_setzero_ps());
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < 8; ++v) _mm256_store_ps(part[s][r] + 8 * v, _mm256_setzero_ps());
     for (int64_t t0 = u0; t0 < u1; t0 += kTurn) {
       const int64_t t1 = min_i(t0 + kTurn, u1);
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
         const char* panel = base + s * panel_bytes;
-        __m256 acc[8];
+#pragma GCC unroll 2
+        for (int h = 0; h < R; ++h) {  // columns [8 V h, 8 V (h + 1))
+          __m256 acc[R][V];
 #pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) acc[v] = _mm256_load_ps(part[s] + 8 * v);
-        for (int64_t u = t0; u < t1; ++u) {
-          const char* row = panel + u * kUnitBytes;
-          if (u + kAhead < units) {
+          for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+            for (int v = 0; v < V; ++v) acc[r][v] = _mm256_load_ps(part[s][r] + 8 * (h * V + v));
+          for (int64_t u = t0; u < t1; ++u) {
+            const char* row = panel + u * kUnitBytes;
+            if (h == 0 && u + kAhead < units) {
 #pragma GCC unroll 4
-            for (int64_t line = 0; line < kUnitBytes; line += 64)
-              _mm_prefetch(row + kAhead * kUnitBytes + line, _MM_HINT_T0);
-          }
-          if constexpr (kType == 1) {
-            const __m256 x0 = _mm256_broadcast_ss(a + 2 * u);
-#pragma GCC unroll 8
-            for (int v = 0; v < 8; ++v) {
-              const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * v));
-              acc[v] = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), acc[v]);
+              for (int64_t line = 0; line < kUnitBytes; line += 64)
+                _mm_prefetch(row + kAhead * kUnitBytes + line, _MM_HINT_T0);
             }
-            if (2 * u + 1 < k) {  // false only for the pad row of an odd k
-              const __m256 x1 = _mm256_broadcast_ss(a + 2 * u + 1);
+            if constexpr (kType == 1) {
+              __m256 x[R];
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(a + r * k + 2 * u);
 #pragma GCC unroll 8
-              for (int v = 0; v < 8; ++v) {
+              for (int v = 0; v < V; ++v) {
                 const __m256i w =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * v));
-                acc[v] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(w, hi)), acc[v]);
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * (h * V + v)));
+                const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+#pragma GCC unroll 2
+                for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(x[r], even, acc[r][v]);
               }
-            }
-          } else {
-            const __m256 x = _mm256_broadcast_ss(a + u);
+              if (2 * u + 1 < k) {  // false only for the pad row of an odd k
+#pragma GCC unroll 2
+                for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(a + r * k + 2 * u + 1);
 #pragma GCC unroll 8
-            for (int v = 0; v < 8; ++v) {
-              __m256 w;
-              if constexpr (kType == 2) {
-                w = _mm256_cvtph_ps(
-                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * v)));
-              } else {
-                w = _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * v);
+                for (int v = 0; v < V; ++v) {
+                  const __m256i w =
+                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * (h * V + v)));
+                  const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+#pragma GCC unroll 2
+                  for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(x[r], odd, acc[r][v]);
+                }
               }
-              acc[v] = _mm256_fmadd_ps(x, w, acc[v]);
+            } else {
+              __m256 x[R];
+#pragma GCC unroll 2
+              for (int r = 0; r < R; ++r) x[r] = _mm256_broadcast_ss(a + r * k + u);
+#pragma GCC unroll 8
+              for (int v = 0; v < V; ++v) {
+                __m256 w;
+                if constexpr (kType == 2) {
+                  w = _mm256_cvtph_ps(
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * (h * V + v))));
+                } else {
+                  w = _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * (h * V + v));
+                }
+#pragma GCC unroll 2
+                for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(x[r], w, acc[r][v]);
+              }
             }
           }
-        }
 #pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) _mm256_store_ps(part[s] + 8 * v, acc[v]);
+          for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+            for (int v = 0; v < V; ++v) _mm256_store_ps(part[s][r] + 8 * (h * V + v), acc[r][v]);
+        }
       }
     }
     const float cb = p0 == 0 ? beta : 1.0f;
     const __m256 vb = _mm256_set1_ps(cb);
     for (int s = 0; s < S; ++s)
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        float* cv = c + s * kWidth + 8 * v;
-        __m256 out = _mm256_load_ps(part[s] + 8 * v);
-        if (cb != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cv), out);
-        _mm256_storeu_ps(cv, out);
-      }
+        for (int v = 0; v < 8; ++v) {
+          float* cv = c + r * ldc + s * kWidth + 8 * v;
+          __m256 out = _mm256_load_ps(part[s][r] + 8 * v);
+          if (cb != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cv), out);
+          _mm256_storeu_ps(cv, out);
+        }
     p0 += kKChunk;
   } while (p0 < k);
 }
 
-template <int kType>
-void gemv_any(const float* a, const void* panels, float* c, int64_t k, int64_t cols,
-              float beta) {
+template <int kType, int R>
+void gemv_any(const float* a, const void* panels, float* c, int64_t ldc, int64_t k,
+              int64_t cols, float beta) {
   const int64_t full = min_i(cols / kWidth, 4);
   switch (full) {
     case 0: break;
-    case 1: gemv_s<1, kType>(a, panels, c, k, beta); break;
-    case 2: gemv_s<2, kType>(a, panels, c, k, beta); break;
-    case 3: gemv_s<3, kType>(a, panels, c, k, beta); break;
-    default: gemv_s<4, kType>(a, panels, c, k, beta); break;
+    case 1: gemv_s<1, kType, R>(a, panels, c, ldc, k, beta); break;
+    case 2: gemv_s<2, kType, R>(a, panels, c, ldc, k, beta); break;
+    case 3: gemv_s<3, kType, R>(a, panels, c, ldc, k, beta); break;
+    default: gemv_s<4, kType, R>(a, panels, c, ldc, k, beta); break;
   }
   if (cols <= full * kWidth) return;
   // A narrower last panel: the panel kernels (the same sums).
@@ -561,21 +585,29 @@ void gemv_any(const float* a, const void* panels, float* c, int64_t k, int64_t c
   const int64_t rest = cols - full * kWidth;
   float* cr = c + full * kWidth;
   if constexpr (kType == 0) {
-    panel_gemm(a, static_cast<const float*>(panels) + full * panel_elems, cr, 1, 1, k, rest, beta);
+    panel_gemm(a, static_cast<const float*>(panels) + full * panel_elems, cr, ldc, R, k, rest,
+               beta);
   } else {
     const uint16_t* pr = static_cast<const uint16_t*>(panels) + full * panel_elems;
-    if constexpr (kType == 1) panel_gemm_bf16(a, pr, cr, 1, 1, k, rest, beta);
-    else panel_gemm_f16(a, pr, cr, 1, 1, k, rest, beta);
+    if constexpr (kType == 1) panel_gemm_bf16(a, pr, cr, ldc, R, k, rest, beta);
+    else panel_gemm_f16(a, pr, cr, ldc, R, k, rest, beta);
   }
+}
+
+template <int R>
+void gemv_rows(const float* a, const void* panels, int type, float* c, int64_t ldc, int64_t k,
+               int64_t cols, float beta) {
+  if (type == 1) gemv_any<1, R>(a, panels, c, ldc, k, cols, beta);
+  else if (type == 2) gemv_any<2, R>(a, panels, c, ldc, k, cols, beta);
+  else gemv_any<0, R>(a, panels, c, ldc, k, cols, beta);
 }
 
 }  // namespace
 
-void gemv_panels(const float* a, const void* panels, int type, float* c, int64_t k, int64_t cols,
-                 float beta) {
-  if (type == 1) gemv_any<1>(a, panels, c, k, cols, beta);
-  else if (type == 2) gemv_any<2>(a, panels, c, k, cols, beta);
-  else gemv_any<0>(a, panels, c, k, cols, beta);
+void gemv_panels(const float* a, int64_t m, const void* panels, int type, float* c, int64_t ldc,
+                 int64_t k, int64_t cols, float beta) {
+  if (m == 2) gemv_rows<2>(a, panels, type, c, ldc, k, cols, beta);
+  else gemv_rows<1>(a, panels, type, c, ldc, k, cols, beta);
 }
 
 }  // namespace ltm::kernels::cpu::avx2

@@ -314,24 +314,25 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
 }
 
 TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
-  // Decode (m = 1): on the AVX-512 path (and AVX2's for fp32) each thread walks its panels 4 at a
-  // time (gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
+  // Decode (m = 1; AVX2: m <= 2): on the AVX-512 and AVX2 paths each thread walks its panels 4
+  // at a time (gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
   const int saved = blas_threads();
   for (int threads : {1, 2}) {
     set_blas_threads(threads);
-    for (int64_t n : {1, 63, 64, 65, 130, 257, 520, 1000})
-      for (float beta : {0.0f, 1.0f}) {
-        check(1, n, 97, beta);
-        for (WeightType t : k16BitTypes) check16(1, n, 97, beta, t);
-      }
+    for (int64_t m : {1, 2})
+      for (int64_t n : {1, 63, 64, 65, 130, 257, 520, 1000})
+        for (float beta : {0.0f, 1.0f}) {
+          check(m, n, 97, beta);
+          for (WeightType t : k16BitTypes) check16(m, n, 97, beta, t);
+        }
   }
   set_blas_threads(saved);
 }
 
 // AVX2, fp32: a decode row (avx2::gemv_panels, the panels of a thread's share taken 4 at a time,
-// their accumulators kept in L1 between turns) gives the bits of the same row in a step of 2..16
-// rows (the row groups' tiles): both sum each 64-row chunk from zero in row order and add it
-// into C. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
+// their accumulators kept in L1 between turns; also 2 rows) gives the bits of the same row in a
+// step of 3..16 rows (the row groups' tiles): both sum each 64-row chunk from zero in row order
+// and add it into C. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
 TEST_P(PackedGemmIsa, F32DecodeRowIsABatchRow) {
   if (GetParam() != Isa::kAvx2) GTEST_SKIP() << "the AVX2 path's property";
   const int saved = blas_threads();
