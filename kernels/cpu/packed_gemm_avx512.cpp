@@ -308,6 +308,22 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
 #pragma GCC unroll 4
   for (int s = 0; s < S; ++s)
     for (int v = 0; v < 4; ++v) acc[s][v] = _mm512_setzero_ps();
+  // C = acc + cb * C (cb = 0: C = acc), and the accumulators start again from zero.
+  const auto flush = [&](float cb) {
+    const __m512 vb = _mm512_set1_ps(cb);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s)
+      for (int v = 0; v < 4; ++v) {
+        const int64_t c0 = s * kWidth + 16 * v;
+        const int64_t left = cols - c0;
+        if (left <= 0) break;
+        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+        __m512 out = acc[s][v];
+        if (cb != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c + c0), out);
+        _mm512_mask_storeu_ps(c + c0, m, out);
+        acc[s][v] = _mm512_setzero_ps();
+      }
+  };
   if constexpr (kType == 1) {  // bf16: pairs of rows (packed_gemm.h), as nt_tile_pairs
     const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     constexpr int64_t kPairBytes = 2 * kWidth * 2;
@@ -334,33 +350,31 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
       }
     }
   }
-  for (int64_t p = 0; p < (kType == 1 ? 0 : k); ++p) {
-    const __m512 x = _mm512_set1_ps(a[p]);
+  // fp32: by the row tiles' chunks of kKChunk rows, each summed from zero and added into C (the
+  // call's beta for the first, 1 after), so that a decode row has the bits of the same row in a
+  // larger step. (The 16-bit decode tiles sum the whole k, as below.)
+  const int64_t k_end = kType == 1 ? 0 : k;
+  const int64_t chunk = kType == 0 ? kKChunk : (k > 0 ? k : 1);
+  for (int64_t p0 = 0; p0 < k_end; p0 += chunk) {
+    if (p0 > 0) flush(p0 == chunk ? beta : 1.0f);  // fp32 only: one chunk otherwise
+    const int64_t p1 = p0 + chunk < k_end ? p0 + chunk : k_end;
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m512 x = _mm512_set1_ps(a[p]);
 #pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) {
-      const char* row = base + s * panel_bytes + p * kWidth * kBytes;
-      if (p + kAhead < k) {
+      for (int s = 0; s < S; ++s) {
+        const char* row = base + s * panel_bytes + p * kWidth * kBytes;
+        if (p + kAhead < k) {
 #pragma GCC unroll 4
-        for (int64_t line = 0; line < kWidth * kBytes; line += 64)
-          _mm_prefetch(row + kAhead * kWidth * kBytes + line, _MM_HINT_T0);
+          for (int64_t line = 0; line < kWidth * kBytes; line += 64)
+            _mm_prefetch(row + kAhead * kWidth * kBytes + line, _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v)
+          acc[s][v] = _mm512_fmadd_ps(x, load_w<kType>(row, 16 * v), acc[s][v]);
       }
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v)
-        acc[s][v] = _mm512_fmadd_ps(x, load_w<kType>(row, 16 * v), acc[s][v]);
     }
   }
-  const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 4
-  for (int s = 0; s < S; ++s)
-    for (int v = 0; v < 4; ++v) {
-      const int64_t c0 = s * kWidth + 16 * v;
-      const int64_t left = cols - c0;
-      if (left <= 0) break;
-      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
-      __m512 out = acc[s][v];
-      if (beta != 0.0f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c + c0), out);
-      _mm512_mask_storeu_ps(c + c0, m, out);
-    }
+  flush(kType == 0 && k > kKChunk ? 1.0f : beta);
 }
 
 template <int kType>

@@ -329,17 +329,17 @@ TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
   set_blas_threads(saved);
 }
 
-// AVX2, fp32: a decode row (avx2::gemv_panels, the panels of a thread's share taken 4 at a time,
-// their accumulators kept in L1 between turns; also 2 rows) gives the bits of the same row in a
-// step of 3..16 rows (the row groups' tiles): both sum each 64-row chunk from zero in row order
-// and add it into C. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
+// fp32: a decode row (gemv_panels, the panels of a thread's share taken 4 at a time; AVX2: their
+// accumulators kept in L1 between turns, also 2 rows) gives the bits of the same row in a step of
+// up to 16 rows (the row groups' tiles): both sum each chunk of rows (AVX2 64, AVX-512 128) from
+// zero in row order and add it into C. Needed by speculative decoding's greedy identity. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
 TEST_P(PackedGemmIsa, F32DecodeRowIsABatchRow) {
-  if (GetParam() != Isa::kAvx2) GTEST_SKIP() << "the AVX2 path's property";
+  if (GetParam() == Isa::kPortable) GTEST_SKIP() << "the AVX2 and AVX-512 paths' property";
   const int saved = blas_threads();
   for (int threads : {1, 2}) {
     set_blas_threads(threads);
     for (auto [n, k] : {std::pair<int64_t, int64_t>{63, 65}, {130, 129}, {520, 191}, {1000, 300},
-                        {576, 64}})
+                        {576, 64}, {256, 768}})
       for (float beta : {0.0f, 0.5f}) {
         const Inputs in = random_inputs(16, n, k);
         std::vector<float> packed(packed_floats(k, n));
