@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"  // blas_threads
 #include "kernels/cpu/int8_kernels.h"
+#include "kernels/cpu/int8_quant.h"
 #include "kernels/cpu/isa_kernels.h"  // split_rows
 #include "kernels/cpu/weight_type.h"
 
@@ -25,37 +26,15 @@ int64_t panels_of(int64_t n) { return (n + kWidth - 1) / kWidth; }
 
 size_t panel_bytes(int64_t k) { return static_cast<size_t>(int8_groups(k) * kInt8GroupBytes); }
 
-// The fp16 scale of a group whose largest magnitude is amax, and the byte of x under it. A
-// non-finite or out-of-range amax gets the largest fp16 scale (its weights clamp): a checkpoint
-// holding such values is broken, and the load must not crash on it.
-uint16_t weight_scale(float amax) {
-  float s = amax / 127.0f;
-  if (!(s <= 65504.0f)) s = 65504.0f;  // also NaN
-  return f32_to_f16(s);
-}
-
-uint8_t quant_byte(float x, float inv) {
-  float v = x * inv;
-  if (!(v == v)) v = 0.0f;
-  v = std::min(127.0f, std::max(-127.0f, v));
-  return static_cast<uint8_t>(static_cast<int>(std::nearbyint(v)) + 128);
-}
-
 // One group of one column: the `rows` values x[0], x[stride], ... (rows <= 32, the rest pad) into
-// the panel's group block `blk` at column c.
+// the panel's group block `blk` at column c, by the rule of int8_quant.h.
 void pack_group(const float* x, int64_t stride, int64_t rows, uint8_t* blk, int64_t c) {
-  float amax = 0.0f;
-  for (int64_t p = 0; p < rows; ++p) {
-    const float v = std::fabs(x[p * stride]);
-    if (!(v <= amax)) amax = v;  // a NaN makes amax NaN: weight_scale clamps it
-  }
-  const uint16_t h = weight_scale(amax);
+  int8_t q[kInt8Group];
+  const uint16_t h = int8_quantize_group(x, stride, rows, q);
   blk[2 * c] = static_cast<uint8_t>(h & 0xff);
   blk[2 * c + 1] = static_cast<uint8_t>(h >> 8);
-  const float s = f16_to_f32(h);
-  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
   for (int64_t p = 0; p < kInt8Group; ++p)
-    blk[128 + 256 * (p / 4) + 4 * c + p % 4] = p < rows ? quant_byte(x[p * stride], inv) : 128;
+    blk[128 + 256 * (p / 4) + 4 * c + p % 4] = static_cast<uint8_t>(p < rows ? q[p] + 128 : 128);
 }
 
 // Column c (past n) of a group block: scale 0, weights zero.
@@ -216,8 +195,7 @@ void int8_quantize_row(const float* a, int64_t k, int8_t* q, float* scales) {
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     scales[g] = amax / 127.0f;
     for (int64_t p = 0; p < kInt8Group; ++p)
-      q[p0 + p] = p < rows ? static_cast<int8_t>(static_cast<int>(quant_byte(a[p0 + p], inv)) - 128)
-                           : int8_t{0};
+      q[p0 + p] = p < rows ? int8_weight_quant(a[p0 + p], inv) : int8_t{0};
   }
 }
 
