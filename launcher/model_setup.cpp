@@ -266,6 +266,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     sizing.activation_bytes = gpu_activation_bytes(
         config.n_embd, config.n_inner, parallel::padded_vocab(config.vocab_size, o.tp), o.tp,
         o.max_batch_tokens, o.max_running);
+    if (precisions.weights == Precision::kInt8)
+      sizing.activation_bytes += gpu_int8_scratch_bytes(
+          config.n_embd, config.n_inner, parallel::padded_vocab(config.vocab_size, o.tp), o.tp);
     sizing.graph_bytes = kGpuGraphBytes;
     sizing.overhead_bytes = kGpuRuntimeBytes;
   }

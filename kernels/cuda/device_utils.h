@@ -61,6 +61,14 @@ __device__ __forceinline__ void fma4(float4& acc, float w, float4 v) {
   acc.w = fmaf(w, v.w, acc.w);
 }
 
+// GELU, tanh approximation (GPT-2's "gelu_new"): 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))),
+// with the accurate tanhf (matches the CPU at 1e-6). gelu.cu's kernels and int8_gemm.cu's epilogue.
+__device__ __forceinline__ float gelu_tanh(float v) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCoeff = 0.044715f;
+  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
+}
+
 // --- 16-bit element access: storage in float / bf16 / fp16, arithmetic in float ---
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

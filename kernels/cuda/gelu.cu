@@ -7,12 +7,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))), with the accurate tanhf (matches the CPU at 1e-6).
-__device__ __forceinline__ float gelu_tanh(float v) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCoeff = 0.044715f;
-  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
-}
+using ::ltm::kernels::cuda::gelu_tanh;  // the float one (device_utils.h), beside float4's below
+
 __device__ __forceinline__ float4 gelu_tanh(float4 v) {
   return make_float4(gelu_tanh(v.x), gelu_tanh(v.y), gelu_tanh(v.z), gelu_tanh(v.w));
 }

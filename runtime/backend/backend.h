@@ -26,8 +26,8 @@ namespace ltm {
 // backend holds them. Biases, norms, the residual stream and accumulation are fp32 whatever this
 // is (see Backend::activation_precision).
 // kInt8: weight matrices only (never a KV cache or activations), symmetric int8 with an fp16
-// scale per group of 32 along the reduction dimension (8.5 bits a weight; CPU backend only,
-// kernels/cpu/int8_gemm.h).
+// scale per group of 32 along the reduction dimension (8.5 bits a weight; kernels/cpu/int8_quant.h;
+// the CPU's layout kernels/cpu/int8_gemm.h, CUDA's kernels/cuda/int8_gemm.h).
 enum class Precision : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kInt8 = 3 };
 size_t precision_size(Precision p);       // 4, 2, 2, 1 (int8: the quants, scales apart)
 const char* precision_name(Precision p);  // "f32", "bf16", "fp16", "int8"

@@ -29,6 +29,11 @@
 // cuBLASLt GEMM). KV caches of 16-bit elements are written and read by the attention kernels
 // directly (kernels/cuda/attention.h), halving decode's cache traffic.
 //
+// int8 weights (--weight-dtype int8): quantized on the host by the CPU backend's rule
+// (kernels/cpu/int8_quant.h) into columns of quants and their scales (kernels/cuda/int8_gemm.h),
+// with fp16 activations; GEMMs of up to kInt8GemvMaxRows rows stream the quants through a kernel
+// of our own, more rows dequantize the weight into an fp16 scratch and run cuBLASLt on it.
+//
 // Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
 // that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
 // libcublasLt alone cost ~200 MB of resident memory at start-up in every process.
@@ -58,12 +63,14 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
+#include "kernels/cuda/int8_gemm.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cuda_lt_gemm.h"
+#include "kernels/cpu/int8_quant.h"
 #include "runtime/model/dtype.h"
 
 namespace ltm {
@@ -124,7 +131,7 @@ kernels::cuda::ElemType elem_type(Precision p) {
     case Precision::kF32: return kernels::cuda::ElemType::kF32;
     case Precision::kBF16: return kernels::cuda::ElemType::kBF16;
     case Precision::kF16: return kernels::cuda::ElemType::kF16;
-    case Precision::kInt8: break;  // refused by supports()
+    case Precision::kInt8: break;  // weights only: activations are fp16 (activation_precision)
   }
   return kernels::cuda::ElemType::kF32;
 }
@@ -171,14 +178,13 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   std::string describe() const override { return name_; }
-  // f32, bf16 and fp16 weights and caches, in any combination.
-  // int8 weights are a CPU layout (kernels/cpu/int8_gemm.h): no CUDA kernel reads them yet.
-  bool supports(Precision w, Precision kv) const override {
-    return w != Precision::kInt8 && kv != Precision::kInt8;
-  }
-  // 16-bit weights: activations of the same type (cuBLASLt multiplies two operands of one type).
+  // f32, bf16, fp16 and int8 weights (kernels/cuda/int8_gemm.h); f32, bf16 and fp16 caches.
+  bool supports(Precision w, Precision kv) const override { return kv != Precision::kInt8; }
+  // 16-bit weights: activations of the same type (cuBLASLt multiplies two operands of one type);
+  // int8 weights: fp16 (the type their many-row GEMMs dequantize into).
   Precision activation_precision(Precision weights) const override {
-    return f32_activations_ ? Precision::kF32 : weights;
+    if (f32_activations_) return Precision::kF32;
+    return weights == Precision::kInt8 ? Precision::kF16 : weights;
   }
   int64_t device_memory_bytes() const override {
     size_t free_bytes = 0, total_bytes = 0;
@@ -321,9 +327,11 @@ class CudaBackend final : public Backend {
   }
 
   // --- 16-bit weights: [k, n] (or [rows, d]) as in the checkpoint, 2 bytes an element ---
+  // --- int8 weights: n columns of k quants, then their scales (kernels/cuda/int8_gemm.h) ---
   DeviceBuffer alloc_weight(int64_t k, int64_t n, Precision p) override {
     if (p == Precision::kF32) return Backend::alloc_weight(k, n, p);
-    DeviceBuffer w = alloc(static_cast<size_t>(k * n) * precision_size(p));
+    DeviceBuffer w = alloc(p == Precision::kInt8 ? kernels::cuda::int8_weight_bytes(n, k)
+                                                 : static_cast<size_t>(k * n) * precision_size(p));
     w.set_precision(p);
     return w;
   }
@@ -331,6 +339,8 @@ class CudaBackend final : public Backend {
                          int64_t k, int64_t n) override {
     if (w.precision() == Precision::kF32)
       return Backend::write_weight_rows(w, rows, row_begin, row_end, k, n);
+    if (w.precision() == Precision::kInt8)
+      return write_int8_rows(w, rows, row_begin, row_end, k, n);
     LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k &&
                w.bytes() >= static_cast<size_t>(k * n) * 2);
     const int64_t count = (row_end - row_begin) * n;
@@ -341,6 +351,32 @@ class CudaBackend final : public Backend {
     copy_to_device(static_cast<uint16_t*>(w.data()) + row_begin * n, weight_staging_.data(),
                    static_cast<size_t>(count) * 2);
     synchronize();  // weight_staging_ is rewritten by the next call (loading is not hot)
+  }
+  // The tied embedding E [rows, d]: 16-bit [rows, d] as the default keeps it; int8 as a weight of
+  // n = rows columns of k = d (a row of E is a column of E^T, lm_head's weight).
+  DeviceBuffer alloc_embedding(int64_t rows, int64_t d, Precision p) override {
+    return p == Precision::kInt8 ? alloc_weight(d, rows, p) : Backend::alloc_embedding(rows, d, p);
+  }
+  void write_embedding_rows(DeviceBuffer& table, const float* e_rows, int64_t row_begin,
+                            int64_t row_end, int64_t rows, int64_t d) override {
+    if (table.precision() != Precision::kInt8)
+      return Backend::write_embedding_rows(table, e_rows, row_begin, row_end, rows, d);
+    LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= rows &&
+               table.bytes() >= kernels::cuda::int8_weight_bytes(rows, d));
+    const int64_t kp = kernels::cuda::int8_padded_k(d), groups = kp / 32, count = row_end - row_begin;
+    int8_staging_.assign(static_cast<size_t>(count * kp), 0);
+    weight_staging_.resize(static_cast<size_t>(count * groups));
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t g = 0; g < groups; ++g)
+        weight_staging_[r * groups + g] = kernels::int8_quantize_group(
+            e_rows + r * d + g * 32, 1, std::min<int64_t>(32, d - g * 32),
+            int8_staging_.data() + r * kp + g * 32);
+    const kernels::cuda::Int8Weight v = kernels::cuda::int8_weight(table.data(), rows, d);
+    copy_to_device(const_cast<int8_t*>(v.q) + row_begin * kp, int8_staging_.data(),
+                   static_cast<size_t>(count * kp));
+    copy_to_device(const_cast<uint16_t*>(v.scales) + row_begin * groups, weight_staging_.data(),
+                   static_cast<size_t>(count * groups) * 2);
+    synchronize();  // the staging is rewritten by the next call
   }
 
   // --- ops ---
@@ -373,6 +409,9 @@ class CudaBackend final : public Backend {
     if (m <= 0 || n <= 0) return;
     use_device(device_);
     if (k <= 0) return gemm(a, nullptr, c, m, n, k, false, beta);  // C = beta C
+    if (w.precision() == Precision::kInt8)
+      return matmul_int8(Act(const_cast<float*>(a)), w, Act(c), m, n, k, beta, nullptr,
+                         Epilogue::kNone);
     const void* a16 = activations_16(a, m * k, w.precision());
     lt_->run(w.data(), /*a_trans=*/false, a16, c, n, m, k, lt_type(w.precision()), beta,
              ctx_->stream);
@@ -386,6 +425,9 @@ class CudaBackend final : public Backend {
     if (m <= 0 || rows <= 0) return;
     use_device(device_);
     if (d <= 0) return gemm(x, nullptr, logits, m, rows, d, true, 0.0f);
+    if (table.precision() == Precision::kInt8)  // E [rows, d] is the int8 weight of E^T
+      return matmul_int8(Act(const_cast<float*>(x)), table, Act(logits), m, rows, d, 0.0f,
+                         nullptr, Epilogue::kNone);
     const void* x16 = activations_16(x, m * d, table.precision());
     lt_->run(table.data(), /*a_trans=*/true, x16, logits, rows, m, d, lt_type(table.precision()),
              0.0f, ctx_->stream);
@@ -393,6 +435,10 @@ class CudaBackend final : public Backend {
   void embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin, int64_t row_end,
              float* out, int64_t n_tokens, int64_t d) override {
     use_device(device_);
+    if (table.precision() == Precision::kInt8)
+      return kernels::cuda::int8_embedding(
+          ids, kernels::cuda::int8_weight(table.data(), row_end - row_begin, d), row_begin,
+          row_end, out, n_tokens, ctx_->stream);
     kernels::cuda::embedding(ids, table.data(), elem_type(table.precision()), row_begin, row_end,
                              out, n_tokens, d, ctx_->stream);
   }
@@ -429,6 +475,7 @@ class CudaBackend final : public Backend {
     // fp32 weights (fp32 activations), or the degenerate k = 0 (C = beta C, fp32 only).
     if (wp == Precision::kF32 || k <= 0)
       return Backend::matmul_act(a, w, c, m, n, k, beta, bias, epilogue);
+    if (wp == Precision::kInt8) return matmul_int8(a, w, c, m, n, k, beta, bias, epilogue);
     LTM_ASSERT((a.type == Precision::kF32 || a.type == wp) &&
                    (c.type == Precision::kF32 || c.type == wp),
                "matmul of ", precision_name(wp), " weights: activations ", precision_name(a.type),
@@ -439,13 +486,8 @@ class CudaBackend final : public Backend {
     const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : lt_type(wp);
     if (epilogue != Epilogue::kNone) {
       // cuBLASLt's bias is of D's type: a 16-bit D gets the bias rounded into bias16_.
-      const void* b = bias;
-      if (c.type != Precision::kF32) {
-        const size_t need = static_cast<size_t>(n) * 2;
-        if (need > bias16_.bytes()) bias16_ = alloc(std::max(need, bias16_.bytes() * 2));
-        kernels::cuda::convert_from_f32(bias, bias16_.data(), elem_type(wp), n, ctx_->stream);
-        b = bias16_.data();
-      }
+      const void* b = c.type == Precision::kF32 ? static_cast<const void*>(bias)
+                                                : bias_16(bias, n, wp);
       const LtEpilogue e =
           epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
       if (lt_->run(w.data(), /*a_trans=*/false, a16, c.data, d_type, n, m, k, lt_type(wp), beta,
@@ -605,6 +647,88 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Rows [row_begin, row_end) of W [k, n] (whole groups of 32, the last may end at k) into an int8
+  // weight: each column's groups quantized (int8_quant.h, the CPU backend's rule), then copied
+  // into the columns' rows of quants and of scales (two strided copies).
+  void write_int8_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
+                       int64_t k, int64_t n) {
+    LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k && row_begin % 32 == 0 &&
+                   (row_end % 32 == 0 || row_end == k) &&
+                   w.bytes() >= kernels::cuda::int8_weight_bytes(n, k),
+               "int8 weight rows [", row_begin, ", ", row_end, ") of ", k,
+               " are not whole groups of 32");
+    if (row_end == row_begin) return;
+    const int64_t kp = kernels::cuda::int8_padded_k(k), groups = kp / 32;
+    const int64_t g0 = row_begin / 32, g1 = (row_end + 31) / 32, width = (g1 - g0) * 32;
+    int8_staging_.assign(static_cast<size_t>(n * width), 0);
+    weight_staging_.resize(static_cast<size_t>(n * (g1 - g0)));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t p0 = g * 32, count = std::min<int64_t>(32, row_end - p0);
+      for (int64_t c = 0; c < n; ++c)
+        weight_staging_[c * (g1 - g0) + (g - g0)] = kernels::int8_quantize_group(
+            rows + (p0 - row_begin) * n + c, n, count,
+            int8_staging_.data() + c * width + (p0 - row_begin));
+    }
+    const kernels::cuda::Int8Weight v = kernels::cuda::int8_weight(w.data(), n, k);
+    use_device(device_);
+    LTM_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<int8_t*>(v.q) + row_begin, kp,
+                                     int8_staging_.data(), width, width, n,
+                                     cudaMemcpyHostToDevice, ctx_->stream));
+    LTM_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint16_t*>(v.scales) + g0, groups * 2,
+                                     weight_staging_.data(), (g1 - g0) * 2, (g1 - g0) * 2, n,
+                                     cudaMemcpyHostToDevice, ctx_->stream));
+    synchronize();  // the staging is rewritten by the next call
+  }
+
+  // C = epilogue(A W + beta C) for an int8 W [k, n] (int8_gemm.h): the weight-streaming kernel up
+  // to kInt8GemvMaxRows rows of A; more rows dequantize W into int8_scratch_ ([n, k] fp16) and
+  // multiply on tensor cores as a 16-bit weight read transposed (lm_head's table).
+  void matmul_int8(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
+                   float beta, const float* bias, Epilogue epilogue) {
+    LTM_ASSERT((a.type == Precision::kF32 || a.type == Precision::kF16) &&
+                   (c.type == Precision::kF32 || c.type == Precision::kF16),
+               "matmul of int8 weights: activations ", precision_name(a.type), " -> ",
+               precision_name(c.type), " (each must be f32 or fp16)");
+    LTM_ASSERT(epilogue == Epilogue::kNone || bias != nullptr, "bias epilogue without a bias");
+    use_device(device_);
+    const kernels::cuda::Int8Weight v = kernels::cuda::int8_weight(w.data(), n, k);
+    if (m <= kernels::cuda::kInt8GemvMaxRows) {
+      kernels::cuda::int8_gemv(a.data, elem_type(a.type), v, c.data, elem_type(c.type), m, beta,
+                               epilogue == Epilogue::kNone ? nullptr : bias,
+                               epilogue == Epilogue::kBiasGelu, ctx_->stream);
+      return;
+    }
+    const size_t need = static_cast<size_t>(n * k) * 2;
+    if (need > int8_scratch_.bytes()) int8_scratch_ = alloc(std::max(need, int8_scratch_.bytes()));
+    kernels::cuda::int8_dequantize(v, int8_scratch_.data(), kernels::cuda::ElemType::kF16,
+                                   ctx_->stream);
+    const void* a16 = a.type == Precision::kF16 ? a.data
+                                                : activations_16(a.f32(), m * k, Precision::kF16);
+    const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : CUDA_R_16F;
+    if (epilogue != Epilogue::kNone) {
+      const void* b = bias;
+      if (c.type != Precision::kF32) b = bias_16(bias, n, Precision::kF16);
+      const LtEpilogue e =
+          epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
+      if (lt_->run(int8_scratch_.data(), /*a_trans=*/true, a16, c.data, d_type, n, m, k,
+                   CUDA_R_16F, beta, e, b, ctx_->stream))
+        return;
+    }
+    lt_->run(int8_scratch_.data(), /*a_trans=*/true, a16, c.data, d_type, n, m, k, CUDA_R_16F,
+             beta, LtEpilogue::kNone, nullptr, ctx_->stream);
+    if (epilogue == Epilogue::kBias) add_bias_act(c, bias, m, n);
+    if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
+  }
+
+  // bias (n floats) rounded to `p` in bias16_, for a 16-bit cuBLASLt epilogue (whose bias is of
+  // D's type).
+  const void* bias_16(const float* bias, int64_t n, Precision p) {
+    const size_t need = static_cast<size_t>(n) * 2;
+    if (need > bias16_.bytes()) bias16_ = alloc(std::max(need, bias16_.bytes() * 2));
+    kernels::cuda::convert_from_f32(bias, bias16_.data(), elem_type(p), n, ctx_->stream);
+    return bias16_.data();
+  }
+
   // x (n floats) rounded to `p` in act16_ (grown geometrically, freed in stream order).
   const void* activations_16(const float* x, int64_t n, Precision p) {
     const size_t need = static_cast<size_t>(n) * 2;
@@ -632,7 +756,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
   DeviceBuffer act16_;                   // fp32 activations rounded to 16 bits for lt_
   DeviceBuffer bias16_;                  // a bias rounded to 16 bits for a 16-bit epilogue
-  std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
+  std::vector<uint16_t> weight_staging_;  // 16-bit rows (int8: scales) on their way to the device
+  std::vector<int8_t> int8_staging_;      // int8 quants on their way to the device
+  DeviceBuffer int8_scratch_;             // an int8 weight dequantized for a many-row GEMM
   // A buffer that does not own its memory, seen through `b` (empty when b is null).
   static DeviceBuffer view(const std::shared_ptr<DeviceBuffer>& b) {
     return b ? DeviceBuffer(b->data(), b->bytes(), nullptr) : DeviceBuffer();
@@ -644,9 +770,9 @@ class CudaBackend final : public Backend {
     shared = std::make_shared<DeviceBuffer>(std::move(used));
   }
   // Every buffer an op grows lazily and reuses across calls: a graph must own its own.
-  static constexpr size_t kScratchBuffers = 3;
+  static constexpr size_t kScratchBuffers = 4;
   std::array<DeviceBuffer*, kScratchBuffers> scratch_buffers() {
-    return {&workspace_, &act16_, &bias16_};
+    return {&workspace_, &act16_, &bias16_, &int8_scratch_};
   }
   std::array<std::shared_ptr<DeviceBuffer>, kScratchBuffers> graph_scratch_;  // the graphs'
   // Graphs: while capture() records, no op may allocate, wait or copy host memory.

@@ -200,9 +200,6 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       dev.flops_16 <= 0 || dev.link_bandwidth <= 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "device '", dev.name, "' needs memory, memory bandwidth, FLOP rates and link bandwidth > 0"));
-  if (in.weights == Precision::kInt8 && !dev.shared_by_ranks)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--weight-dtype int8 runs on the CPU backend only, not on '", dev.name, "'"));
   if (in.kv == Precision::kInt8)
     return absl::InvalidArgumentError("--kv-dtype int8: the KV cache holds f32, bf16 or fp16");
   if (in.context < 0 || in.context > c.n_positions)
@@ -281,6 +278,9 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
             sizing.weight_bytes, weight_bytes_per_rank(c, ShardSpec{tp, 0, pp, s}, in.weights));
       sizing.activation_bytes = gpu_activation_bytes(d, c.n_inner, parallel::padded_vocab(V, tp),
                                                      tp, in.prefill_chunk, in.max_running);
+      if (in.weights == Precision::kInt8)
+        sizing.activation_bytes +=
+            gpu_int8_scratch_bytes(d, c.n_inner, parallel::padded_vocab(V, tp), tp);
       sizing.graph_bytes = kGpuGraphBytes;
       sizing.overhead_bytes = dev.overhead_bytes;
     }

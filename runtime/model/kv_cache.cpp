@@ -37,6 +37,12 @@ int64_t gpu_activation_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padd
   return 2 * (rows * per_row + logits) * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t gpu_int8_scratch_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp) {
+  const int64_t t = std::max<int64_t>(tp, 1);
+  const int64_t elems = std::max({3 * n_embd * n_embd, 2 * n_embd * n_inner, vocab_padded * n_embd});
+  return 2 * ((elems + t - 1) / t);
+}
+
 int64_t gpu_kv_budget_bytes(const KvSizing& z) {
   const int64_t left = z.device_memory_bytes - z.weight_bytes - z.activation_bytes -
                        z.graph_bytes - z.overhead_bytes;

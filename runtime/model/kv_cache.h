@@ -89,6 +89,10 @@ inline constexpr int64_t kGpuGraphBytes = int64_t{256} << 20;
 // writing outputs, and the workspace is double-buffered for the pipeline).
 int64_t gpu_activation_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp,
                              int64_t max_tokens, int64_t max_sequences);
+// With int8 weights on a GPU, what a GEMM of more than a few rows dequantizes its weight into
+// (kernels/cuda/int8_gemm.h): fp16 copies of the largest matrix of a rank, at most
+// max(3 d^2, 2 d d_ff, vocab d) / tp elements (QKV, a SwiGLU's fused gate and up, the head).
+int64_t gpu_int8_scratch_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp);
 
 // fraction x (device memory - weights - activations - graphs - runtime), at least 0.
 int64_t gpu_kv_budget_bytes(const KvSizing& sizing);

@@ -179,7 +179,8 @@ struct ModelRun {
   parallel::SoloCommunicator tp{"tp"};
   std::unique_ptr<Model> model;
   std::unique_ptr<KvCache> cache;
-  // Weights and KV cache of `p`, on the checkpoint model_cuda_gpu_test.cpp uses.
+  // Weights and KV cache of `p` (int8 weights: an fp16 cache), on the checkpoint
+  // model_cuda_gpu_test.cpp uses.
   ModelRun(std::unique_ptr<Backend> b, Precision p, int n_head) : backend(std::move(b)) {
     const ModelConfig c = greedy::margin_config(n_head);
     std::unique_ptr<WeightSource> source = greedy::margin_source(c);
@@ -189,7 +190,7 @@ struct ModelRun {
     EXPECT_TRUE(m.ok()) << m.status();
     model = std::move(*m);
     cache = std::make_unique<KvCache>(*backend, c.n_layer, c.n_head, c.n_embd / c.n_head, 16, 64,
-                                      p);
+                                      p == Precision::kInt8 ? Precision::kF16 : p);
   }
 };
 
@@ -257,6 +258,34 @@ TEST_P(Activation16Model, GreedyTokensMatchFp32Within16BitTolerance) {
     EXPECT_GT(g.worst_rel, 0.0);  // the activations really were rounded
     // The checkpoint can tell a wrong token from rounding.
     EXPECT_GT(g.min_margin_rel, 2 * kTolRel);
+  }
+}
+
+// int8 weights with fp16 activations and cache, the CUDA backend's int8 configuration, emulated:
+// the CPU's int8 GEMM also rounds each row of A to int8 (the GPU's multiplies A as it is), so its
+// error bounds the GPU's from above. The checkpoint of model_cuda_gpu_test's int8 case must give
+// the fp32 run's greedy tokens within that test's tolerance (0.03), its top-2 margins above
+// twice that.
+TEST(Activation16, Int8WeightsWithFp16ActivationsWithinTheGpuTolerance) {
+  constexpr double kGpuTolRel = 0.03;
+  for (int n_head : {4, 2}) {
+    ModelRun ref(make_cpu_backend(1), Precision::kF32, n_head);
+    ModelRun act(std::make_unique<Act16Backend>(Precision::kF16), Precision::kInt8, n_head);
+    ASSERT_EQ(act.model->activation_precision(), Precision::kF16);
+    constexpr int kSteps = 32;
+    auto [aa, ab] = greedy::greedy_pair(*act.model, *act.backend, *act.cache, kSteps);
+    auto [ra, rb] = greedy::greedy_pair(*ref.model, *ref.backend, *ref.cache, kSteps);
+    EXPECT_EQ(ra.generated, aa.generated);
+    EXPECT_EQ(rb.generated, ab.generated);
+    for (const auto& [r, a] : {std::pair{&ra, &aa}, std::pair{&rb, &ab}}) {
+      const greedy::LogitGap g = greedy::logit_gap(r->logits, a->logits);
+      std::printf("int8 weights, fp16 activations, %d heads: max |logit diff| %.4f of row max "
+                  "(GPU tolerance %.2f); smallest top-2 margin %.3f of row max\n",
+                  n_head, g.worst_rel, kGpuTolRel, g.min_margin_rel);
+      EXPECT_LT(g.worst_rel, kGpuTolRel);  // measured 0.009-0.014 (2026-12-03)
+      EXPECT_GT(g.worst_rel, 0.0);
+      EXPECT_GT(g.min_margin_rel, 2 * kGpuTolRel);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // Decode steps replayed from CUDA graphs (runtime/model/decode_graphs.h, the CUDA backend's
 // capture/replay) against the same steps run eagerly on the GPU (exit 77, skipped, without a
 // device). A small random model, three sequences prefilled eagerly, then decode steps over
-// changing sets of them (buckets 4, 2, 4, 1, 4), in f32 and in bf16 weights with a bf16 cache:
+// changing sets of them (buckets 4, 2, 4, 1, 4), in f32, in bf16 weights with a bf16 cache and in
+// int8 weights with an fp16 cache:
 //  - the first step run twice: its replay over the same inputs gives the logits of the capture's
 //    eager run bit for bit (the graph is the eager step, recorded);
 //  - steps whose batch fills its bucket (2 and 1 sequences) give the eager step's logits bit for
@@ -80,6 +81,12 @@ TEST(Graphs, GraphReplayEqualsEagerF32) {
 
 TEST(Graphs, GraphReplayEqualsEagerBf16) {
   check_replays(Precision::kBF16, Precision::kBF16, 3e-2f);
+}
+
+// int8 weights (fp16 activations and cache): decode steps of up to 16 rows run the
+// weight-streaming kernel, whose rows do not depend on each other.
+TEST(Graphs, GraphReplayEqualsEagerInt8) {
+  check_replays(Precision::kInt8, Precision::kF16, 3e-2f);
 }
 
 }  // namespace

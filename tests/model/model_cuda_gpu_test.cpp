@@ -1,5 +1,6 @@
 // The whole model in 16 bits on the GPU (bf16 or fp16 weights, activations and KV cache, fp32
-// accumulation and residual stream) against the CPU backend in fp32 on the same checkpoint
+// accumulation and residual stream; or int8 weights with fp16 activations and cache) against the
+// CPU backend in fp32 on the same checkpoint
 // (tests/model/greedy_run.h: random weights, non-zero biases, the token embedding scaled so each
 // step's top token has a large margin). Two sequences, one prefilling (19 tokens, off the block
 // size) beside the other's decode, then both decoding: greedy tokens identical for 32 steps, and
@@ -30,6 +31,7 @@ struct ModelRun {
   parallel::SoloCommunicator tp{"tp"};
   std::unique_ptr<Model> model;
   std::unique_ptr<KvCache> cache;
+  // p: the weights; the cache is p's type too, fp16 for int8 weights (a cache is never int8).
   ModelRun(std::unique_ptr<Backend> b, const ModelConfig& c, Precision p) : backend(std::move(b)) {
     std::unique_ptr<WeightSource> source = greedy::margin_source(c);
     ModelOptions options;
@@ -38,7 +40,7 @@ struct ModelRun {
     EXPECT_TRUE(m.ok()) << m.status();
     model = std::move(*m);
     cache = std::make_unique<KvCache>(*backend, c.n_layer, c.n_head, c.n_embd / c.n_head, 16, 64,
-                                      p);
+                                      p == Precision::kInt8 ? Precision::kF16 : p);
   }
 };
 
@@ -53,7 +55,8 @@ TEST_P(ModelCuda, Greedy16BitOnGpuMatchesCpuFp32) {
   ModelRun cpu_run(make_cpu_backend(0), c, Precision::kF32);
   ModelRun gpu_run(std::move(gpu), c, p);
   if (std::getenv("LTM_CUDA_F32_ACT") == nullptr) {
-    EXPECT_EQ(gpu_run.model->activation_precision(), p);
+    EXPECT_EQ(gpu_run.model->activation_precision(),
+              p == Precision::kInt8 ? Precision::kF16 : p);
   }
   auto [ca, cb] = greedy::greedy_pair(*cpu_run.model, *cpu_run.backend, *cpu_run.cache, kSteps);
   auto [ga, gb] = greedy::greedy_pair(*gpu_run.model, *gpu_run.backend, *gpu_run.cache, kSteps);
@@ -73,7 +76,7 @@ TEST_P(ModelCuda, Greedy16BitOnGpuMatchesCpuFp32) {
 
 INSTANTIATE_TEST_SUITE_P(
     Types, ModelCuda,
-    ::testing::Combine(::testing::Values(Precision::kBF16, Precision::kF16),
+    ::testing::Combine(::testing::Values(Precision::kBF16, Precision::kF16, Precision::kInt8),
                        ::testing::Values(4, 2)),
     [](const ::testing::TestParamInfo<std::tuple<Precision, int>>& info) {
       return std::string(precision_name(std::get<0>(info.param))) + "_head_dim_" +

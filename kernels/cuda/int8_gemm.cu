@@ -1,0 +1,134 @@
+#include "kernels/cuda/int8_gemm.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.h"
+#include "kernels/cuda/int8_lane.h"
+
+namespace ltm::kernels::cuda {
+namespace {
+
+constexpr int kColsPerBlock = 8;  // warps a block, one column each
+constexpr int kThreads = 256;
+
+template <int MT, bool kVec, typename TA>
+__global__ void __launch_bounds__(kColsPerBlock * kWarpSize)
+    int8_gemv_kernel(const TA* __restrict__ a, const int8_t* __restrict__ q,
+                     const uint16_t* __restrict__ scales, void* __restrict__ c, ElemType c_type,
+                     int64_t m, int64_t n, int64_t k, float beta, const float* __restrict__ bias,
+                     bool gelu) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColsPerBlock + threadIdx.x / kWarpSize;
+  if (col >= n) return;  // a whole warp: no barrier below
+  const int64_t kp = int8::padded_k(k);
+  float acc[MT];
+#pragma unroll
+  for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
+  int8::lane_dot<MT, kVec>(q + col * kp, scales + col * int8::groups(k), a, k, m, k, lane, acc);
+#pragma unroll
+  for (int r = 0; r < MT; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < MT; ++r) {
+    if (r >= m) break;
+    float v = acc[r];
+    if (beta != 0.0f) v = fmaf(beta, load_act(c, r * n + col, c_type), v);
+    if (bias != nullptr) v += bias[col];
+    if (gelu) v = gelu_tanh(v);
+    store_act(c, r * n + col, v, c_type);
+  }
+}
+
+template <int MT, typename TA>
+void launch_rows(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
+                 const float* bias, bool gelu, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(ceil_div(w.n, kColsPerBlock));
+  const bool vec = aligned16(a) && (w.k * static_cast<int64_t>(sizeof(TA))) % 16 == 0;
+  if (vec) {
+    int8_gemv_kernel<MT, true, TA><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+        a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
+  } else {
+    int8_gemv_kernel<MT, false, TA><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+        a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+// Accumulators for the next power of two of rows (1, 2, 4, 8, 16).
+template <typename TA>
+void launch(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
+            const float* bias, bool gelu, cudaStream_t stream) {
+  if (m <= 1) return launch_rows<1>(a, w, c, c_type, m, beta, bias, gelu, stream);
+  if (m <= 2) return launch_rows<2>(a, w, c, c_type, m, beta, bias, gelu, stream);
+  if (m <= 4) return launch_rows<4>(a, w, c, c_type, m, beta, bias, gelu, stream);
+  if (m <= 8) return launch_rows<8>(a, w, c, c_type, m, beta, bias, gelu, stream);
+  launch_rows<16>(a, w, c, c_type, m, beta, bias, gelu, stream);
+}
+
+// One thread per element of out [n, k].
+__global__ void int8_dequantize_kernel(const int8_t* __restrict__ q,
+                                       const uint16_t* __restrict__ scales, void* __restrict__ out,
+                                       ElemType type, int64_t n, int64_t k) {
+  const int64_t kp = int8::padded_k(k), groups = int8::groups(k);
+  const int64_t total = n * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t col = i / k, p = i % k;
+    const float s = int8::scale_float(scales[col * groups + p / int8::kGroup]);
+    store_act(out, i, static_cast<float>(q[col * kp + p]) * s, type);
+  }
+}
+
+__global__ void int8_embedding_kernel(const int32_t* __restrict__ ids, const int8_t* __restrict__ q,
+                                      const uint16_t* __restrict__ scales, int64_t row_begin,
+                                      int64_t row_end, float* __restrict__ out, int64_t n_tokens,
+                                      int64_t d) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  const int64_t kp = int8::padded_k(d), groups = int8::groups(d);
+  for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
+    const int64_t id = ids[t];
+    float v = 0.0f;
+    if (id >= row_begin && id < row_end) {
+      const int64_t row = id - row_begin;
+      v = static_cast<float>(q[row * kp + c]) *
+          int8::scale_float(scales[row * groups + c / int8::kGroup]);
+    }
+    out[t * d + c] = v;
+  }
+}
+
+}  // namespace
+
+void int8_gemv(const void* a, ElemType a_type, Int8Weight w, void* c, ElemType c_type, int64_t m,
+               float beta, const float* bias, bool gelu, cudaStream_t stream) {
+  if (m <= 0 || w.n <= 0) return;
+  LTM_KERNEL_ASSERT(m <= kInt8GemvMaxRows, "int8_gemv of %lld rows (at most %lld)",
+                    static_cast<long long>(m), static_cast<long long>(kInt8GemvMaxRows));
+  switch (a_type) {
+    case ElemType::kF16:
+      return launch(static_cast<const __half*>(a), w, c, c_type, m, beta, bias, gelu, stream);
+    case ElemType::kBF16:
+      return launch(static_cast<const __nv_bfloat16*>(a), w, c, c_type, m, beta, bias, gelu,
+                    stream);
+    default:
+      return launch(static_cast<const float*>(a), w, c, c_type, m, beta, bias, gelu, stream);
+  }
+}
+
+void int8_dequantize(Int8Weight w, void* out, ElemType type, cudaStream_t stream) {
+  if (w.n <= 0 || w.k <= 0) return;
+  int8_dequantize_kernel<<<grid_for(w.n * w.k, kThreads), kThreads, 0, stream>>>(
+      w.q, w.scales, out, type, w.n, w.k);
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+void int8_embedding(const int32_t* ids, Int8Weight table, int64_t row_begin, int64_t row_end,
+                    float* out, int64_t n_tokens, cudaStream_t stream) {
+  if (n_tokens <= 0 || table.k <= 0) return;
+  const dim3 grid(static_cast<unsigned>(ceil_div(table.k, kThreads)), grid_rows(n_tokens));
+  int8_embedding_kernel<<<grid, kThreads, 0, stream>>>(ids, table.q, table.scales, row_begin,
+                                                       row_end, out, n_tokens, table.k);
+  LTM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ltm::kernels::cuda
