@@ -40,14 +40,16 @@ stubs() {
   [ "$mode" = fail ] || gtest_stub nccl_gpu_test Nccl.NcclAllReduceInGraph Nccl.NcclInitTimeout
   local limits='{"device": "stub", "copy_gb_s": 1000.0, "gemm_bf16_tflop_s": 100.0}'
   printf '#!/bin/sh\necho '"'"'%s'"'"'\nexit %s\n' "$limits" "$rc" > "$d/build/tests/ltm-gpu-limits"
-  # ltm-bench: 0.9 of the decode limit at batch 1, 0.7 of the prefill one (6.7B shape, bf16).
+  # ltm-bench: 0.9 of the decode limit at batch 1, 0.7 of the prefill one (6.7B shape, bf16 or
+  # int8 weights).
   cat > "$d/build/launcher/ltm-bench" <<PY
 #!$py
 import json, sys
 a = sys.argv
 batch, prompt, new = (int(a[a.index(k) + 1])
                       for k in ("--batch", "--prompt-tokens", "--new-tokens"))
-L, d, vocab, wb = 32, 4096, 50257, 13.3e9
+L, d, vocab = 32, 4096, 50257
+wb = 13.3e9 * (1.0625 / 2 if a[a.index("--weight-dtype") + 1] == "int8" else 1)
 c = dict(n_layer=L, n_embd=d, vocab_size=vocab, batch=batch, prompt_tokens=prompt,
          new_tokens=new, weight_bytes=wb, kv_dtype="bf16")
 decode_limit = batch * 1000e9 / (wb + batch * (prompt + new / 2) * 2 * L * d * 2)
@@ -89,7 +91,7 @@ run() {
 steps="gpu build gpu_test:cuda_graphs_gpu_test gpu_test:kernels_gpu_test model_bf16_vs_cpu_f32
   graph_replay_equals_eager device_sampling_equals_host nccl_allreduce_in_graph
   nccl_init_timeout_abort limits_before bench_decode_b1 bench_decode_b64 bench_prefill_2048
-  limits_after targets"
+  bench_decode_b1_int8 limits_after targets"
 
 run pass pass
 [ "$rc" -eq 0 ] || fail "a passing stub set: exit $rc"
