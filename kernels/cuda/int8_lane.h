@@ -24,9 +24,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #define LTM_INT8_HD __host__ __device__ __forceinline__
+#define LTM_INT8_UNROLL _Pragma("unroll")
 #else
 #include "runtime/model/dtype.h"
 #define LTM_INT8_HD inline
+#define LTM_INT8_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace ltm::kernels::cuda::int8 {
@@ -77,7 +79,7 @@ LTM_INT8_HD float scale_float(uint16_t h) {
 LTM_INT8_HD void unpack4(uint32_t word, float* out) {
   const uint32_t biased = word ^ 0x80808080u;  // v + 128, as unsigned bytes
   constexpr float kBias = 8388608.0f + 128.0f;  // 2^23 + 128
-#pragma unroll
+LTM_INT8_UNROLL
   for (uint32_t j = 0; j < 4; ++j)
     out[j] = bits_float(byte_perm(biased, 0x4B000000u, 0x7540u + j)) - kBias;
 }
@@ -96,17 +98,17 @@ LTM_INT8_HD void load16(const TA* x, float (&out)[kLaneBytes]) {
 #if defined(__CUDA_ARCH__)
   if constexpr (kVec) {
     constexpr int kPerWord = 16 / sizeof(TA);
-#pragma unroll
+LTM_INT8_UNROLL
     for (int v = 0; v < kLaneBytes / kPerWord; ++v) {
       const uint4 raw = reinterpret_cast<const uint4*>(x)[v];
       const TA* e = reinterpret_cast<const TA*>(&raw);
-#pragma unroll
+LTM_INT8_UNROLL
       for (int i = 0; i < kPerWord; ++i) out[v * kPerWord + i] = act_float(e[i]);
     }
   } else
 #endif
   {
-#pragma unroll
+LTM_INT8_UNROLL
     for (int i = 0; i < kLaneBytes; ++i) out[i] = act_float(x[i]);
   }
 }
@@ -130,13 +132,13 @@ LTM_INT8_HD void lane_dot(const int8_t* q, const uint16_t* sc, const TA* a, int6
     std::memcpy(words, q + p, sizeof words);  // little-endian, as the GPU
 #endif
     float w[kLaneBytes];
-#pragma unroll
+LTM_INT8_UNROLL
     for (int j = 0; j < 4; ++j) unpack4(words[j], w + 4 * j);
     const float s = scale_float(sc[p / kGroup]);
     // Activations [p, p + valid) exist; valid <= 0 for a lane wholly in the padding past k (its
     // quants are zero and it adds nothing).
     const int64_t valid = k - p < kLaneBytes ? k - p : kLaneBytes;
-#pragma unroll
+LTM_INT8_UNROLL
     for (int r = 0; r < MT; ++r) {
       if (r >= m) break;
       const TA* x = a + r * lda + p;
@@ -144,7 +146,7 @@ LTM_INT8_HD void lane_dot(const int8_t* q, const uint16_t* sc, const TA* a, int6
       if (valid == kLaneBytes) {
         float xv[kLaneBytes];
         load16<kVec>(x, xv);
-#pragma unroll
+LTM_INT8_UNROLL
         for (int i = 0; i < kLaneBytes; ++i) d = fmaf(w[i], xv[i], d);
       } else {
         for (int64_t i = 0; i < valid; ++i) d = fmaf(w[i], act_float(x[i]), d);

@@ -30,19 +30,14 @@
 #include "kernels/cpu/int8_quant.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/dtype.h"
+#include "tests/kernels/random_floats.h"
 
 namespace ltm {
 namespace {
 
 constexpr int64_t kStreamRows = 16;  // kernels/cuda/int8_gemm.h's kInt8GemvMaxRows
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 // W [k, n] as the int8 rule leaves it: every weight q * s.
 std::vector<float> dequantized(const std::vector<float>& w, int64_t k, int64_t n) {

@@ -21,6 +21,7 @@
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/int8_quant.h"
 #include "kernels/cuda/int8_lane.h"
+#include "tests/kernels/random_floats.h"
 
 namespace ltm {
 namespace {
@@ -65,13 +66,7 @@ std::vector<float> warp(const Layout& l, const std::vector<float>& a, int64_t m,
   return out;
 }
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::random_floats;
 
 TEST(CudaInt8Lane, UnpackIsExact) {
   for (int v = -128; v <= 127; ++v) {

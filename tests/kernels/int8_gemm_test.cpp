@@ -24,17 +24,12 @@
 #include "kernels/cpu/weight_type.h"
 #include "runtime/backend/backend.h"
 #include "tests/kernels/isa_param.h"
+#include "tests/kernels/random_floats.h"
 
 namespace ltm::kernels::cpu {
 namespace {
 
-std::vector<float> random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using test::random_floats;
 
 std::vector<uint8_t> pack(const std::vector<float>& w, int64_t k, int64_t n) {
   std::vector<uint8_t> packed(int8_packed_bytes(k, n), 0xA5);  // garbage: every byte is written
@@ -104,9 +99,9 @@ std::vector<float> run(const std::vector<float>& a, const std::vector<uint8_t>& 
 
 void check(int64_t m, int64_t n, int64_t k, float beta, float w_scale = 1.0f) {
   SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k << " beta=" << beta);
-  const auto a = random_vec(m * k, static_cast<unsigned>(m * 131 + k));
-  auto w = random_vec(k * n, static_cast<unsigned>(n * 7 + k), -w_scale, w_scale);
-  const auto c0 = random_vec(m * n, 3);
+  const auto a = random_floats(m * k, static_cast<unsigned>(m * 131 + k));
+  auto w = random_floats(k * n, static_cast<unsigned>(n * 7 + k), -w_scale, w_scale);
+  const auto c0 = random_floats(m * n, 3);
   const auto packed = pack(w, k, n);
   const Refs r = references(a, w, packed, c0, m, n, k, beta);
   const std::vector<float> out = run(a, packed, c0, m, n, k, beta);
@@ -194,7 +189,7 @@ TEST_P(Int8GemmIsa, CpuBackendWeightsEmbeddingAndLmHead) {
   ASSERT_TRUE(backend->supports(Precision::kInt8, Precision::kF16));
   ASSERT_FALSE(backend->supports(Precision::kF32, Precision::kInt8));
   const int64_t m = 5, n = 100, k = 96;
-  const auto a = random_vec(m * k, 21), w = random_vec(k * n, 22);
+  const auto a = random_floats(m * k, 21), w = random_floats(k * n, 22);
   DeviceBuffer wb = backend->alloc_weight(k, n, Precision::kInt8);
   EXPECT_EQ(wb.bytes(), int8_packed_bytes(k, n));
   backend->write_weight_rows(wb, w.data() + 64 * n, 64, 96, k, n);
@@ -212,10 +207,10 @@ TEST_P(Int8GemmIsa, CpuBackendWeightsEmbeddingAndLmHead) {
   EXPECT_EQ(gen, ref);
 
   const int64_t rows = 130, d = 64;  // E [rows, d]; this rank holds vocab rows [10, 140)
-  const auto e = random_vec(rows * d, 23);
+  const auto e = random_floats(rows * d, 23);
   DeviceBuffer table = backend->upload_embedding(e.data(), rows, d, Precision::kInt8);
   std::vector<float> x(m * d), logits(m * rows);
-  x = random_vec(m * d, 24);
+  x = random_floats(m * d, 24);
   backend->lm_head(x.data(), table, logits.data(), m, rows, d);
   std::vector<float> et(d * rows);
   for (int64_t r = 0; r < rows; ++r)
@@ -236,7 +231,7 @@ TEST_P(Int8GemmIsa, CpuBackendWeightsEmbeddingAndLmHead) {
 TEST_P(Int8GemmIsa, QuantizeRowIsBitIdenticalOnEveryPath) {
   // Random rows with ties (x.5 after scaling), zeros, NaN, inf and huge values; k with tails.
   for (int64_t k : {1, 5, 31, 32, 33, 64, 100, 768}) {
-    std::vector<float> a = random_vec(k, static_cast<unsigned>(k), -3.0f, 3.0f);
+    std::vector<float> a = random_floats(k, static_cast<unsigned>(k), -3.0f, 3.0f);
     for (int64_t p = 0; p < k; p += 7) a[p] = std::nearbyint(a[p] * 4.0f) / 8.0f;  // ties
     if (k > 40) {
       a[3] = std::nanf("");
@@ -263,7 +258,7 @@ LTM_INSTANTIATE_ISA_TESTS(Int8GemmIsa);
 
 TEST(Int8Pack, ScalesAndRounding) {
   const int64_t k = 70, n = 3;  // groups of 32, 32, 6 (a tail of 26 pad rows)
-  const auto w = random_vec(k * n, 11, -3.0f, 3.0f);
+  const auto w = random_floats(k * n, 11, -3.0f, 3.0f);
   const auto packed = pack(w, k, n);
   ASSERT_EQ(packed.size(), static_cast<size_t>(3 * kInt8GroupBytes));  // one panel, 3 groups
   std::vector<float> col(k);
@@ -309,7 +304,7 @@ TEST(Int8Pack, ZeroAndNonFiniteGroups) {
 
 TEST(Int8Pack, StreamedRangesAndTransposedGiveTheSameBytes) {
   const int64_t k = 200, n = 150;  // 7 groups (the last of 8 rows), 3 panels (the last of 22)
-  const auto w = random_vec(k * n, 5);
+  const auto w = random_floats(k * n, 5);
   const auto whole = pack(w, k, n);
   std::vector<uint8_t> streamed(whole.size(), 0x5A);
   for (auto [r0, r1] : {std::pair<int64_t, int64_t>{96, 200}, {0, 32}, {32, 96}})
@@ -330,7 +325,7 @@ TEST(Int8Pack, StreamedRangesAndTransposedGiveTheSameBytes) {
 
 TEST(Int8Quantize, RowGroups) {
   const int64_t k = 40;
-  auto a = random_vec(k, 9);
+  auto a = random_floats(k, 9);
   a[3] = 2.5f;  // the first group's largest
   std::vector<int8_t> q(64);
   std::vector<float> s(2);

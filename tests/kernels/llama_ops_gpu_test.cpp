@@ -18,17 +18,12 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/model/dtype.h"
+#include "tests/kernels/random_floats.h"
 
 namespace ltm {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 class LlamaOpsGpuTest : public ::testing::Test {
  protected:
