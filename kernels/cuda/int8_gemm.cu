@@ -64,18 +64,46 @@ void launch(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, floa
   launch_rows<16>(a, w, c, c_type, m, beta, bias, gelu, stream);
 }
 
-// One thread per element of out [n, k].
+// out [n, k]: a thread 8 consecutive quants of a column (one 8-byte read, one scale: 8 never
+// straddle a group of 32), columns over grid.y. kVec: k % 8 == 0 and out 16-byte aligned, so the
+// 8 outputs go as one 16-byte store (fp16/bf16) or two (fp32); otherwise one at a time.
+template <bool kVec, typename TO>
 __global__ void int8_dequantize_kernel(const int8_t* __restrict__ q,
-                                       const uint16_t* __restrict__ scales, void* __restrict__ out,
-                                       ElemType type, int64_t n, int64_t k) {
+                                       const uint16_t* __restrict__ scales, TO* __restrict__ out,
+                                       int64_t n, int64_t k) {
   const int64_t kp = int8::padded_k(k), groups = int8::groups(k);
-  const int64_t total = n * k;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t col = i / k, p = i % k;
+  const int64_t p = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 8;
+  if (p >= k) return;
+  for (int64_t col = blockIdx.y; col < n; col += gridDim.y) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(q + col * kp + p);  // 8-byte aligned
+    float w[8];
+    int8::unpack4(raw.x, w);
+    int8::unpack4(raw.y, w + 4);
     const float s = int8::scale_float(scales[col * groups + p / int8::kGroup]);
-    store_act(out, i, static_cast<float>(q[col * kp + p]) * s, type);
+    TO* o = out + col * k + p;
+    if constexpr (kVec) {
+      alignas(16) TO v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = from_float<TO>(w[i] * s);
+#pragma unroll
+      for (int i = 0; i < 8 * static_cast<int>(sizeof(TO)) / 16; ++i)
+        reinterpret_cast<uint4*>(o)[i] = reinterpret_cast<const uint4*>(v)[i];
+    } else {
+      for (int64_t i = 0; i < 8 && p + i < k; ++i) o[i] = from_float<TO>(w[i] * s);
+    }
   }
+}
+
+template <typename TO>
+void dequantize_as(Int8Weight w, TO* out, cudaStream_t stream) {
+  const int64_t threads_per_col = ceil_div(w.k, 8);
+  const dim3 grid(static_cast<unsigned>(ceil_div(threads_per_col, kThreads)), grid_rows(w.n));
+  if (w.k % 8 == 0 && aligned16(out)) {
+    int8_dequantize_kernel<true><<<grid, kThreads, 0, stream>>>(w.q, w.scales, out, w.n, w.k);
+  } else {
+    int8_dequantize_kernel<false><<<grid, kThreads, 0, stream>>>(w.q, w.scales, out, w.n, w.k);
+  }
+  LTM_CUDA_CHECK_LAUNCH();
 }
 
 __global__ void int8_embedding_kernel(const int32_t* __restrict__ ids, const int8_t* __restrict__ q,
@@ -117,9 +145,11 @@ void int8_gemv(const void* a, ElemType a_type, Int8Weight w, void* c, ElemType c
 
 void int8_dequantize(Int8Weight w, void* out, ElemType type, cudaStream_t stream) {
   if (w.n <= 0 || w.k <= 0) return;
-  int8_dequantize_kernel<<<grid_for(w.n * w.k, kThreads), kThreads, 0, stream>>>(
-      w.q, w.scales, out, type, w.n, w.k);
-  LTM_CUDA_CHECK_LAUNCH();
+  switch (type) {
+    case ElemType::kF16: return dequantize_as(w, static_cast<__half*>(out), stream);
+    case ElemType::kBF16: return dequantize_as(w, static_cast<__nv_bfloat16*>(out), stream);
+    default: return dequantize_as(w, static_cast<float*>(out), stream);
+  }
 }
 
 void int8_embedding(const int32_t* ids, Int8Weight table, int64_t row_begin, int64_t row_end,

@@ -113,46 +113,66 @@ LTM_INT8_UNROLL
   }
 }
 
+// 16 quants at q as 4 little-endian words.
+LTM_INT8_HD void load_words(const int8_t* q, uint32_t (&words)[4]) {
+#if defined(__CUDA_ARCH__)
+  const uint4 raw = *reinterpret_cast<const uint4*>(q);  // 16-byte aligned (int8_gemm.h)
+  words[0] = raw.x;
+  words[1] = raw.y;
+  words[2] = raw.z;
+  words[3] = raw.w;
+#else
+  std::memcpy(words, q, sizeof words);  // little-endian, as the GPU
+#endif
+}
+
+// One lane's 16 quants at p (words, under the scale bits sh) against rows r < min(m, MT) of A.
+template <int MT, bool kVec, typename TA>
+LTM_INT8_HD void lane_step(const uint32_t (&words)[4], uint16_t sh, const TA* a, int64_t lda,
+                           int64_t m, int64_t k, int64_t p, float (&acc)[MT]) {
+  float w[kLaneBytes];
+LTM_INT8_UNROLL
+  for (int j = 0; j < 4; ++j) unpack4(words[j], w + 4 * j);
+  const float s = scale_float(sh);
+  // Activations [p, p + valid) exist; valid <= 0 for a lane wholly in the padding past k (its
+  // quants are zero and it adds nothing).
+  const int64_t valid = k - p < kLaneBytes ? k - p : kLaneBytes;
+LTM_INT8_UNROLL
+  for (int r = 0; r < MT; ++r) {
+    if (r >= m) break;
+    const TA* x = a + r * lda + p;
+    float d = 0.0f;
+    if (valid == kLaneBytes) {
+      float xv[kLaneBytes];
+      load16<kVec>(x, xv);
+LTM_INT8_UNROLL
+      for (int i = 0; i < kLaneBytes; ++i) d = fmaf(w[i], xv[i], d);
+    } else {
+      for (int64_t i = 0; i < valid; ++i) d = fmaf(w[i], act_float(x[i]), d);
+    }
+    acc[r] = fmaf(s, d, acc[r]);
+  }
+}
+
 // The lane's partial sums of rows r < min(m, MT) of A [m, k] (rows lda apart) times one column
 // (q: its kp quants; sc: its scales), added to acc[r] (which the caller zeroes). kVec: A and lda
 // keep every lane's 16 activations 16-byte aligned (int8_gemm.cu checks before choosing it).
+// Two warp steps' quants are loaded before either is used, so that each lane has two 16-byte
+// reads in flight (decode is bound by how many bytes the GPU has in flight); the sums go in the
+// order of p all the same.
 template <int MT, bool kVec, typename TA>
 LTM_INT8_HD void lane_dot(const int8_t* q, const uint16_t* sc, const TA* a, int64_t lda,
                           int64_t m, int64_t k, int lane, float (&acc)[MT]) {
   const int64_t kp = padded_k(k);
-  for (int64_t p = static_cast<int64_t>(lane) * kLaneBytes; p < kp; p += kWarpBytes) {
-    uint32_t words[4];
-#if defined(__CUDA_ARCH__)
-    const uint4 raw = *reinterpret_cast<const uint4*>(q + p);  // 16-byte aligned (int8_gemm.h)
-    words[0] = raw.x;
-    words[1] = raw.y;
-    words[2] = raw.z;
-    words[3] = raw.w;
-#else
-    std::memcpy(words, q + p, sizeof words);  // little-endian, as the GPU
-#endif
-    float w[kLaneBytes];
-LTM_INT8_UNROLL
-    for (int j = 0; j < 4; ++j) unpack4(words[j], w + 4 * j);
-    const float s = scale_float(sc[p / kGroup]);
-    // Activations [p, p + valid) exist; valid <= 0 for a lane wholly in the padding past k (its
-    // quants are zero and it adds nothing).
-    const int64_t valid = k - p < kLaneBytes ? k - p : kLaneBytes;
-LTM_INT8_UNROLL
-    for (int r = 0; r < MT; ++r) {
-      if (r >= m) break;
-      const TA* x = a + r * lda + p;
-      float d = 0.0f;
-      if (valid == kLaneBytes) {
-        float xv[kLaneBytes];
-        load16<kVec>(x, xv);
-LTM_INT8_UNROLL
-        for (int i = 0; i < kLaneBytes; ++i) d = fmaf(w[i], xv[i], d);
-      } else {
-        for (int64_t i = 0; i < valid; ++i) d = fmaf(w[i], act_float(x[i]), d);
-      }
-      acc[r] = fmaf(s, d, acc[r]);
-    }
+  for (int64_t p = static_cast<int64_t>(lane) * kLaneBytes; p < kp; p += 2 * kWarpBytes) {
+    const int64_t p2 = p + kWarpBytes;
+    const bool second = p2 < kp;
+    uint32_t w0[4], w1[4] = {0, 0, 0, 0};
+    load_words(q + p, w0);
+    if (second) load_words(q + p2, w1);
+    const uint16_t s0 = sc[p / kGroup], s1 = second ? sc[p2 / kGroup] : uint16_t{0};
+    lane_step<MT, kVec>(w0, s0, a, lda, m, k, p, acc);
+    if (second) lane_step<MT, kVec>(w1, s1, a, lda, m, k, p2, acc);
   }
 }
 
