@@ -137,10 +137,11 @@ inline __m512 cvt16(const uint16_t* p) {
 }
 
 // As nt_tile (C stores masked by mk[]), B a 16-bit panel read whole (pad columns are zero, and
-// the lanes past `cols` are never stored).
+// the lanes past `cols` are never stored). k_rest: the panel's rows from b on (>= k: the prefetch
+// runs on past this call's k, into the next chunk).
 template <int R, bool kMasked, bool kF16>
 inline void nt_tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                      int64_t k, float beta, const __mmask16* mk) {
+                      int64_t k, float beta, const __mmask16* mk, int64_t k_rest) {
   __m512 acc[R][4];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -149,7 +150,7 @@ inline void nt_tile16(const float* a, int64_t lda, const uint16_t* b, float* c, 
     acc[r][2] = _mm512_setzero_ps();
     acc[r][3] = _mm512_setzero_ps();
   }
-  const int64_t kp = k > kPrefetch16 ? k - kPrefetch16 : 0;
+  const int64_t kp = k_rest > kPrefetch16 ? min_i(k, k_rest - kPrefetch16) : 0;
   for (int64_t p = 0; p < k; ++p) {
     const uint16_t* bp = b + p * kWidth;
     if (p < kp) {
@@ -178,7 +179,7 @@ constexpr int64_t kPrefetchPairs = kPrefetch16 / 2;  // pair rows (256 bytes eac
 
 template <int R, bool kMasked>
 inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                          int64_t k, float beta, const __mmask16* mk) {
+                          int64_t k, float beta, const __mmask16* mk, int64_t k_rest) {
   __m512 acc[R][4];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -188,8 +189,8 @@ inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float*
     acc[r][3] = _mm512_setzero_ps();
   }
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const int64_t pairs = (k + 1) / 2;
-  const int64_t kp = pairs > kPrefetchPairs ? pairs - kPrefetchPairs : 0;
+  const int64_t pairs = (k + 1) / 2, pairs_rest = (k_rest + 1) / 2;
+  const int64_t kp = pairs_rest > kPrefetchPairs ? min_i(pairs, pairs_rest - kPrefetchPairs) : 0;
   for (int64_t q = 0; q < pairs; ++q) {
     const uint16_t* bq = b + q * 2 * kWidth;
     if (q < kp) {
@@ -218,39 +219,42 @@ inline void nt_tile_pairs(const float* a, int64_t lda, const uint16_t* b, float*
   store_tile<R, kMasked>(acc, c, ldc, beta, mk);
 }
 
-// One register tile of up to kMaxRows rows over the whole panel (k in order, no chunks).
+// One register tile of up to kMaxRows rows over k rows of the panel from b (k_rest: the panel's
+// rows from b on, for the prefetch).
 template <bool kMasked, bool kF16>
 void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int64_t m,
-            int64_t k, float beta, const __mmask16* mk) {
+            int64_t k, float beta, const __mmask16* mk, int64_t k_rest) {
   if constexpr (!kF16) {
     switch (m) {
-      case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
-      default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 6: nt_tile_pairs<6, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 5: nt_tile_pairs<5, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 4: nt_tile_pairs<4, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 3: nt_tile_pairs<3, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 2: nt_tile_pairs<2, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      default: nt_tile_pairs<1, kMasked>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
     }
   } else {
     switch (m) {
-      case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 5: nt_tile16<5, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 4: nt_tile16<4, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 3: nt_tile16<3, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
-      case 2: nt_tile16<2, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
-      default: nt_tile16<1, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk); break;
+      case 6: nt_tile16<6, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 5: nt_tile16<5, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 4: nt_tile16<4, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 3: nt_tile16<3, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      case 2: nt_tile16<2, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
+      default: nt_tile16<1, kMasked, kF16>(a, lda, b, c, ldc, k, beta, mk, k_rest); break;
     }
   }
 }
 
 // panel_loops.inc's decode path for 16-bit panels, read and converted in registers: one row
 // group (m <= kMaxRows), or up to 12 rows (a verify step of speculative decoding, a small decode
-// batch) as two tiles over the whole panel, 6 rows then the rest (the second reads the panel
-// from L2), instead of the chunked path: each accumulator then sums the whole k in order, so a
-// row's result is the same bits at every row count up to 12 (the chunked path adds its chunks'
-// partial sums), and on models/kjv-small's shapes with weights colder than L3 it measured 30-40%
-// faster at 7-9 rows on the layer GEMMs, level on the LM head. Beyond 12 the chunked path
-// converts each chunk once for every row group.
+// batch) as two tiles, 6 rows then the rest, instead of the chunked path, which converts each
+// chunk once for every row group: on models/kjv-small's shapes with weights colder than L3 that
+// measured 30-40% faster at 7-9 rows on the layer GEMMs, level on the LM head. The sums go by the
+// chunked path's chunks of kKChunk16 rows (each chunk's sum from zero in row order, added into C:
+// the call's beta for the first chunk, 1 after; the second tile reads the chunk from L1), so a
+// row has the same bits alone (gemv_panels), as one of 2..12 rows, or as one of a larger step,
+// which greedy speculative decoding's identity with plain decoding relies on. Until 2026-12-03
+// the tiles summed the whole k, so for k > 128 rows 13 and on differed in the last bits.
 constexpr int64_t kTwoTileRows = 2 * kMaxRows;
 
 template <bool kMasked, bool kF16>
@@ -258,10 +262,18 @@ bool decode16(const float* a, const uint16_t* b, float* c, int64_t ldc, int64_t 
               int64_t, float beta, const __mmask16* mk) {
   if (m > kTwoTileRows) return false;
   const int64_t lda = k;
-  tile16<kMasked, kF16>(a, lda, b, c, ldc, min_i(m, kMaxRows), k, beta, mk);
-  if (m > kMaxRows)
-    tile16<kMasked, kF16>(a + kMaxRows * lda, lda, b, c + kMaxRows * ldc, ldc, m - kMaxRows, k,
-                          beta, mk);
+  static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
+  int64_t p0 = 0;
+  do {  // at least once: k = 0 still writes beta * C
+    const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
+    const float b0 = p0 == 0 ? beta : 1.0f;
+    const uint16_t* bp = b + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
+    tile16<kMasked, kF16>(a + p0, lda, bp, c, ldc, min_i(m, kMaxRows), kc, b0, mk, rest);
+    if (m > kMaxRows)
+      tile16<kMasked, kF16>(a + kMaxRows * lda + p0, lda, bp, c + kMaxRows * ldc, ldc,
+                            m - kMaxRows, kc, b0, mk, rest);
+    p0 += kc;
+  } while (p0 < k);
   return true;
 }
 
@@ -329,6 +341,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
     constexpr int64_t kPairBytes = 2 * kWidth * 2;
     const int64_t pairs = (k + 1) / 2;
     for (int64_t q = 0; q < pairs; ++q) {
+      if (q > 0 && 2 * q % kKChunk == 0) flush(2 * q == kKChunk ? beta : 1.0f);
       const bool both = 2 * q + 1 < k;
       const __m512 x0 = _mm512_set1_ps(a[2 * q]);
       const __m512 x1 = _mm512_set1_ps(both ? a[2 * q + 1] : 0.0f);
@@ -350,13 +363,13 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
       }
     }
   }
-  // fp32: by the row tiles' chunks of kKChunk rows, each summed from zero and added into C (the
-  // call's beta for the first, 1 after), so that a decode row has the bits of the same row in a
-  // larger step. (The 16-bit decode tiles sum the whole k, as below.)
+  // By the row tiles' chunks of kKChunk rows (bf16 above likewise), each summed from zero and
+  // added into C (the call's beta for the first, 1 after), so that a decode row has the bits of
+  // the same row in a larger step (the 16-bit decode tiles and the chunked path sum the same way).
   const int64_t k_end = kType == 1 ? 0 : k;
-  const int64_t chunk = kType == 0 ? kKChunk : (k > 0 ? k : 1);
+  constexpr int64_t chunk = kKChunk;
   for (int64_t p0 = 0; p0 < k_end; p0 += chunk) {
-    if (p0 > 0) flush(p0 == chunk ? beta : 1.0f);  // fp32 only: one chunk otherwise
+    if (p0 > 0) flush(p0 == chunk ? beta : 1.0f);
     const int64_t p1 = p0 + chunk < k_end ? p0 + chunk : k_end;
     for (int64_t p = p0; p < p1; ++p) {
       const __m512 x = _mm512_set1_ps(a[p]);
@@ -374,7 +387,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
       }
     }
   }
-  flush(kType == 0 && k > kKChunk ? 1.0f : beta);
+  flush(k > kKChunk ? 1.0f : beta);
 }
 
 template <int kType>
