@@ -156,6 +156,43 @@ TEST_P(Int8GemmIsa, OneAndTwoThreads) {
   set_blas_threads(saved);
 }
 
+// A row's result does not depend on how many rows the step has: each row alone (decode, the
+// 4-panel walk) has the bits of the same row in a step of 2..20 rows (row tiles, and from 16 the
+// AMX-INT8 kernel where the CPU has it), 1 and 2 threads, k across several groups. Greedy
+// speculative decoding relies on it: a token verified among other rows must be the token plain
+// decoding computes alone.
+TEST_P(Int8GemmIsa, ARowHasTheSameBitsAtEveryRowCount) {
+  std::printf("[ int8 kernels ] %s path: 1 row %s, 20 rows %s\n", isa_name(GetParam()),
+              int8_kernel_name(1), int8_kernel_name(20));
+  const int saved = blas_threads();
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 257}, {64, 768}, {130, 96}})
+      for (float beta : {0.0f, 0.5f}) {
+        constexpr int64_t kRows = 20;
+        const auto a = random_floats(kRows * k, static_cast<unsigned>(k));
+        const auto w = random_floats(k * n, static_cast<unsigned>(n + k));
+        const auto c0 = random_floats(kRows * n, 5);
+        const auto packed = pack(w, k, n);
+        std::vector<float> alone(static_cast<size_t>(kRows * n));
+        for (int64_t i = 0; i < kRows; ++i) {
+          const std::vector<float> row(a.begin() + i * k, a.begin() + (i + 1) * k);
+          const std::vector<float> c_row(c0.begin() + i * n, c0.begin() + (i + 1) * n);
+          const std::vector<float> out = run(row, packed, c_row, 1, n, k, beta);
+          std::copy(out.begin(), out.end(), alone.begin() + i * n);
+        }
+        for (int64_t m = 2; m <= kRows; ++m) {
+          const std::vector<float> c_m(c0.begin(), c0.begin() + m * n);
+          const std::vector<float> out = run(a, packed, c_m, m, n, k, beta);
+          EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
+              << "m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " threads="
+              << threads << " (" << int8_kernel_name(m) << ")";
+        }
+      }
+  }
+  set_blas_threads(saved);
+}
+
 TEST_P(Int8GemmIsa, ExtremesDoNotSaturate) {
   // Every weight and activation at +-max in the same or opposite sign pattern: the AVX2 kernel's
   // 16-bit pair sums reach 2 * 127 * 127, the largest group sums +-32 * 127 * 127.
