@@ -360,6 +360,41 @@ TEST_P(PackedGemmIsa, F32DecodeRowIsABatchRow) {
   set_blas_threads(saved);
 }
 
+// Every weight type on every vector path: each row alone has the bits of the same row in steps of
+// 2..40 rows (decode walks, register tiles, the chunked paths, rows split across threads), which
+// greedy speculative decoding relies on (a verified token must be the one plain decoding picks).
+// bf16 with AMX / AVX512-BF16 off: from 16 rows those round the activations to bf16 by design
+// (set_amx; cpu_isa.h).
+TEST_P(PackedGemmIsa, ARowHasTheSameBitsAtEveryRowCount) {
+  if (GetParam() == Isa::kPortable) GTEST_SKIP() << "the AVX2 and AVX-512 paths' property";
+  const int saved = blas_threads();
+  const bool amx = amx_enabled();
+  set_amx(false);
+  constexpr int64_t kRows = 40;
+  for (int threads : {1, 2}) {
+    set_blas_threads(threads);
+    for (WeightType t : {WeightType::kF32, WeightType::kBF16, WeightType::kF16})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{130, 257}, {64, 768}, {300, 96}, {20, 1000}})
+        for (float beta : {0.0f, 0.5f}) {
+          const Inputs in = random_inputs(kRows, n, k);
+          std::vector<unsigned char> packed(packed_bytes(k, n, t));
+          pack_weight_rows(in.w.data(), 0, k, k, n, t, packed.data());
+          std::vector<float> alone = in.c0;
+          for (int64_t i = 0; i < kRows; ++i)
+            packed_gemm(in.a.data() + i * k, packed.data(), t, alone.data() + i * n, 1, n, k, beta);
+          for (int64_t m : {2, 5, 7, 12, 13, 16, 17, 24, 31, 40}) {
+            std::vector<float> out = in.c0;
+            packed_gemm(in.a.data(), packed.data(), t, out.data(), m, n, k, beta);
+            EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), static_cast<size_t>(m * n) * 4))
+                << weight_type_name(t) << " threads=" << threads << " m=" << m << " n=" << n
+                << " k=" << k << " beta=" << beta;
+          }
+        }
+  }
+  set_amx(amx);
+  set_blas_threads(saved);
+}
+
 // k = 0 (an empty reduction): C = beta * C on every path, weight type and row count, C written
 // even where no row of B is read (NaN before, so beta = 0 must give 0, not keep it).
 TEST_P(PackedGemmIsa, AnEmptyReductionWritesBetaTimesC) {
