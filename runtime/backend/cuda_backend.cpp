@@ -64,13 +64,13 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/int8_gemm.h"
+#include "kernels/cuda/int8_layout.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cuda_lt_gemm.h"
-#include "kernels/cpu/int8_quant.h"
 #include "runtime/model/dtype.h"
 
 namespace ltm {
@@ -363,20 +363,9 @@ class CudaBackend final : public Backend {
       return Backend::write_embedding_rows(table, e_rows, row_begin, row_end, rows, d);
     LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= rows &&
                table.bytes() >= kernels::cuda::int8_weight_bytes(rows, d));
-    const int64_t kp = kernels::cuda::int8_padded_k(d), groups = kp / 32, count = row_end - row_begin;
-    int8_staging_.assign(static_cast<size_t>(count * kp), 0);
-    weight_staging_.resize(static_cast<size_t>(count * groups));
-    for (int64_t r = 0; r < count; ++r)
-      for (int64_t g = 0; g < groups; ++g)
-        weight_staging_[r * groups + g] = kernels::int8_quantize_group(
-            e_rows + r * d + g * 32, 1, std::min<int64_t>(32, d - g * 32),
-            int8_staging_.data() + r * kp + g * 32);
-    const kernels::cuda::Int8Weight v = kernels::cuda::int8_weight(table.data(), rows, d);
-    copy_to_device(const_cast<int8_t*>(v.q) + row_begin * kp, int8_staging_.data(),
-                   static_cast<size_t>(count * kp));
-    copy_to_device(const_cast<uint16_t*>(v.scales) + row_begin * groups, weight_staging_.data(),
-                   static_cast<size_t>(count * groups) * 2);
-    synchronize();  // the staging is rewritten by the next call
+    if (row_end == row_begin) return;
+    upload_int8(table, kernels::cuda::int8_stage_table_rows(e_rows, row_begin, row_end, rows, d,
+                                                            int8_staging_, weight_staging_));
   }
 
   // --- ops ---
@@ -648,8 +637,8 @@ class CudaBackend final : public Backend {
 
  private:
   // Rows [row_begin, row_end) of W [k, n] (whole groups of 32, the last may end at k) into an int8
-  // weight: each column's groups quantized (int8_quant.h, the CPU backend's rule), then copied
-  // into the columns' rows of quants and of scales (two strided copies).
+  // weight: each column's groups quantized (int8_quant.h, the CPU backend's rule) into staging,
+  // then copied into the columns' rows of quants and of scales (int8_layout.h).
   void write_int8_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
                        int64_t k, int64_t n) {
     LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k && row_begin % 32 == 0 &&
@@ -658,25 +647,21 @@ class CudaBackend final : public Backend {
                "int8 weight rows [", row_begin, ", ", row_end, ") of ", k,
                " are not whole groups of 32");
     if (row_end == row_begin) return;
-    const int64_t kp = kernels::cuda::int8_padded_k(k), groups = kp / 32;
-    const int64_t g0 = row_begin / 32, g1 = (row_end + 31) / 32, width = (g1 - g0) * 32;
-    int8_staging_.assign(static_cast<size_t>(n * width), 0);
-    weight_staging_.resize(static_cast<size_t>(n * (g1 - g0)));
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t p0 = g * 32, count = std::min<int64_t>(32, row_end - p0);
-      for (int64_t c = 0; c < n; ++c)
-        weight_staging_[c * (g1 - g0) + (g - g0)] = kernels::int8_quantize_group(
-            rows + (p0 - row_begin) * n + c, n, count,
-            int8_staging_.data() + c * width + (p0 - row_begin));
-    }
-    const kernels::cuda::Int8Weight v = kernels::cuda::int8_weight(w.data(), n, k);
+    upload_int8(w, kernels::cuda::int8_stage_rows(rows, row_begin, row_end, k, n, int8_staging_,
+                                                  weight_staging_));
+  }
+
+  // The two strided copies of kernels/cuda/int8_layout.h's staging into an int8 weight's buffer;
+  // waits for them (the staging is rewritten by the next call; loading is not hot).
+  void upload_int8(DeviceBuffer& w, const kernels::cuda::Int8Staged& st) {
     use_device(device_);
-    LTM_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<int8_t*>(v.q) + row_begin, kp,
-                                     int8_staging_.data(), width, width, n,
-                                     cudaMemcpyHostToDevice, ctx_->stream));
-    LTM_CUDA_CHECK(cudaMemcpy2DAsync(const_cast<uint16_t*>(v.scales) + g0, groups * 2,
-                                     weight_staging_.data(), (g1 - g0) * 2, (g1 - g0) * 2, n,
-                                     cudaMemcpyHostToDevice, ctx_->stream));
+    auto* base = static_cast<char*>(w.data());
+    LTM_CUDA_CHECK(cudaMemcpy2DAsync(base + st.quants.dst_offset, st.quants.dst_pitch,
+                                     int8_staging_.data(), st.quants.src_pitch, st.quants.width,
+                                     st.quants.height, cudaMemcpyHostToDevice, ctx_->stream));
+    LTM_CUDA_CHECK(cudaMemcpy2DAsync(base + st.scales.dst_offset, st.scales.dst_pitch,
+                                     weight_staging_.data(), st.scales.src_pitch, st.scales.width,
+                                     st.scales.height, cudaMemcpyHostToDevice, ctx_->stream));
     synchronize();  // the staging is rewritten by the next call
   }
 

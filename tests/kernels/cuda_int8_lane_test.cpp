@@ -7,7 +7,10 @@
 //    exact in float), for every k from 1 to past two warp steps;
 //  - random A against a float64 reference on the same dequantized weights, 1..16 rows;
 //  - the layout holds the CPU backend's values: q * s of every weight equals the CPU's packed
-//    int8 matrix (int8_packed_column), since both quantize by kernels/cpu/int8_quant.h.
+//    int8 matrix (int8_packed_column), since both quantize by kernels/cpu/int8_quant.h;
+//  - the backend's upload (int8_layout.h: staging and two strided copies, done here by a host
+//    copy of cudaMemcpy2D's geometry) puts every byte of a weight and of a tied embedding where
+//    the kernels read it, whatever the ranges of rows the model loads by.
 // What needs a GPU (the launch, vector loads, the warp reduction, 16-bit activations, the
 // backend's strided upload) is cuda_int8_gpu_test's.
 #include <gtest/gtest.h>
@@ -21,6 +24,7 @@
 #include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/int8_quant.h"
 #include "kernels/cuda/int8_lane.h"
+#include "kernels/cuda/int8_layout.h"
 #include "tests/kernels/random_floats.h"
 
 namespace ltm {
@@ -139,6 +143,59 @@ TEST(CudaInt8Lane, HoldsTheCpuBackendsValues) {
       for (int64_t p = 0; p < k; ++p) ASSERT_EQ(l.weight(p, c), column[p]) << "k " << k << " p " << p << " c " << c;
     }
   }
+}
+
+// cudaMemcpy2D's geometry on the host.
+void copy_2d(std::vector<uint8_t>& buf, const void* src, const kernels::cuda::Int8Copy& c) {
+  ASSERT_LE(c.dst_offset + (c.height - 1) * c.dst_pitch + c.width, buf.size());
+  for (size_t r = 0; r < c.height; ++r)
+    std::memcpy(buf.data() + c.dst_offset + r * c.dst_pitch,
+                static_cast<const uint8_t*>(src) + r * c.src_pitch, c.width);
+}
+
+// The bytes the layout must hold: quants (zero past k), then scales.
+std::vector<uint8_t> layout_bytes(const Layout& l) {
+  std::vector<uint8_t> out(l.q.size() + 2 * l.scales.size());
+  std::memcpy(out.data(), l.q.data(), l.q.size());
+  std::memcpy(out.data() + l.q.size(), l.scales.data(), l.scales.size() * 2);
+  return out;
+}
+
+TEST(CudaInt8Lane, UploadPutsEveryByteInPlace) {
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{100, 70}, {768, 5}, {33, 3}, {64, 9}}) {
+    const std::vector<float> w = random_floats(static_cast<size_t>(k * n), 21 + static_cast<uint32_t>(k));
+    const std::vector<uint8_t> want = layout_bytes(quantize(w, k, n));
+    for (int64_t chunk : {32, 64, 96, 4096}) {  // the model loads whole groups of 32 rows
+      std::vector<uint8_t> buf(want.size(), 0x55);  // every byte the upload misses shows
+      std::vector<int8_t> q;
+      std::vector<uint16_t> s;
+      for (int64_t r0 = 0; r0 < k; r0 += chunk) {
+        const int64_t r1 = std::min(k, r0 + chunk);
+        const kernels::cuda::Int8Staged st =
+            kernels::cuda::int8_stage_rows(w.data() + r0 * n, r0, r1, k, n, q, s);
+        copy_2d(buf, q.data(), st.quants);
+        copy_2d(buf, s.data(), st.scales);
+      }
+      ASSERT_EQ(buf, want) << "k " << k << " n " << n << " chunks of " << chunk;
+    }
+  }
+  // The tied embedding E [rows, d]: its rows are the columns of the weight E^T [d, rows].
+  constexpr int64_t rows = 333, d = 100;
+  const std::vector<float> e = random_floats(rows * d, 23);
+  std::vector<float> et(e.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c) et[c * rows + r] = e[r * d + c];
+  const std::vector<uint8_t> want = layout_bytes(quantize(et, d, rows));
+  std::vector<uint8_t> buf(want.size(), 0x55);
+  std::vector<int8_t> q;
+  std::vector<uint16_t> s;
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 50}, {50, 51}, {51, 333}}) {
+    const kernels::cuda::Int8Staged st =
+        kernels::cuda::int8_stage_table_rows(e.data() + r0 * d, r0, r1, rows, d, q, s);
+    copy_2d(buf, q.data(), st.quants);
+    copy_2d(buf, s.data(), st.scales);
+  }
+  ASSERT_EQ(buf, want);
 }
 
 }  // namespace
