@@ -370,10 +370,11 @@ template <int R, bool kMasked, bool kF16>
   }
 }
 
+// panel_loops.inc's row group of its 16-bit register path (decode16 there).
 template <bool kMasked, bool kF16>
-void rows16_n(int64_t rows, const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-              int64_t kc, float beta, const __m256i* mk, int64_t cols, bool prefetch,
-              int64_t rest) {
+void rows16_group(int64_t rows, const float* a, int64_t lda, const uint16_t* b, float* c,
+                  int64_t ldc, int64_t kc, float beta, const __m256i* mk, int64_t cols,
+                  bool prefetch, int64_t rest) {
   switch (rows) {
     case 1: rows16<1, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
     case 2: rows16<2, kMasked, kF16>(a, lda, b, c, ldc, kc, beta, mk, cols, prefetch, rest); break;
@@ -393,32 +394,6 @@ void rows16_n(int64_t rows, const float* a, int64_t lda, const uint16_t* b, floa
 #define PG_AVX2_REG16_ROWS 12
 #endif
 constexpr int64_t kRegRows16 = PG_AVX2_REG16_ROWS;
-
-// panel_loops.inc's decode path for 16-bit panels, m <= kRegRows16 (decode, a verify step of
-// speculative decoding, a small decode batch): the panel read and converted in registers, by row
-// groups of up to kMaxRows (the groups after the first read the chunk from L1). The sum goes by
-// the scratch path's chunks of kKChunk16 rows (each chunk's sum from zero in row order, added to
-// C: the call's beta for the first chunk, 1 after), so a row gives the same bits alone, as one
-// of any 2..kRegRows16 rows, or as one of a larger step (SixteenBitRowsAgreeUpToTwelve); the
-// chunks cost C's store and reload every 64 rows, and the prefetch runs on across them.
-template <bool kMasked, bool kF16>
-bool decode16(const float* a, const uint16_t* panel, float* c, int64_t ldc, int64_t m, int64_t k,
-              int64_t cols, float beta, const __m256i* mk) {
-  if (m > kRegRows16) return false;
-  const int64_t lda = k;
-  static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
-  int64_t p0 = 0;
-  do {  // at least once: k = 0 still writes beta * C
-    const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
-    const float b0 = p0 == 0 ? beta : 1.0f;
-    const uint16_t* bp = panel + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
-    for (int64_t i = 0; i < m; i += kMaxRows)
-      rows16_n<kMasked, kF16>(min_i(m - i, kMaxRows), a + i * lda + p0, lda, bp, c + i * ldc, ldc,
-                              kc, b0, mk, cols, i == 0, rest);
-    p0 += kc;
-  } while (p0 < k);
-  return true;
-}
 
 using Mask = __m256i;
 constexpr int kMasks = 8;

@@ -246,36 +246,20 @@ void tile16(const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ld
   }
 }
 
-// panel_loops.inc's decode path for 16-bit panels, read and converted in registers: one row
-// group (m <= kMaxRows), or up to 12 rows (a verify step of speculative decoding, a small decode
-// batch) as two tiles, 6 rows then the rest, instead of the chunked path, which converts each
-// chunk once for every row group: on models/kjv-small's shapes with weights colder than L3 that
-// measured 30-40% faster at 7-9 rows on the layer GEMMs, level on the LM head. The sums go by the
-// chunked path's chunks of kKChunk16 rows (each chunk's sum from zero in row order, added into C:
-// the call's beta for the first chunk, 1 after; the second tile reads the chunk from L1), so a
-// row has the same bits alone (gemv_panels), as one of 2..12 rows, or as one of a larger step,
-// which greedy speculative decoding's identity with plain decoding relies on. Until 2026-12-03
-// the tiles summed the whole k, so for k > 128 rows 13 and on differed in the last bits.
-constexpr int64_t kTwoTileRows = 2 * kMaxRows;
+// panel_loops.inc's 16-bit register path (decode16 there) takes up to 12 rows (a verify step of
+// speculative decoding, a small decode batch) as two tiles per chunk, 6 rows then the rest (from
+// L1), instead of the scratch path, which converts each chunk once for every row group: on
+// models/kjv-small's shapes with weights colder than L3 that measured 30-40% faster at 7-9 rows
+// on the layer GEMMs, level on the LM head.
+constexpr int64_t kRegRows16 = 2 * kMaxRows;
 
+// Its row group: one tile over the whole panel (the masks keep C's columns past cols; prefetch
+// in every group: the second's reads hit L1).
 template <bool kMasked, bool kF16>
-bool decode16(const float* a, const uint16_t* b, float* c, int64_t ldc, int64_t m, int64_t k,
-              int64_t, float beta, const __mmask16* mk) {
-  if (m > kTwoTileRows) return false;
-  const int64_t lda = k;
-  static_assert(kKChunk16 % 2 == 0, "bf16 pair rows must not straddle a chunk");
-  int64_t p0 = 0;
-  do {  // at least once: k = 0 still writes beta * C
-    const int64_t kc = min_i(kKChunk16, k - p0), rest = k - p0;
-    const float b0 = p0 == 0 ? beta : 1.0f;
-    const uint16_t* bp = b + p0 * kWidth;  // fp16: row p0; bf16: pair row p0 / 2
-    tile16<kMasked, kF16>(a + p0, lda, bp, c, ldc, min_i(m, kMaxRows), kc, b0, mk, rest);
-    if (m > kMaxRows)
-      tile16<kMasked, kF16>(a + kMaxRows * lda + p0, lda, bp, c + kMaxRows * ldc, ldc,
-                            m - kMaxRows, kc, b0, mk, rest);
-    p0 += kc;
-  } while (p0 < k);
-  return true;
+void rows16_group(int64_t rows, const float* a, int64_t lda, const uint16_t* b, float* c,
+                  int64_t ldc, int64_t kc, float beta, const __mmask16* mk, int64_t /*cols*/,
+                  bool /*first*/, int64_t rest) {
+  tile16<kMasked, kF16>(a, lda, b, c, ldc, rows, kc, beta, mk, rest);
 }
 
 using Mask = __mmask16;

@@ -35,11 +35,11 @@ template <int R, bool kMasked, typename L2>
   for (int64_t j = 0; j < cols; ++j) c[j] = beta != 0.0f ? acc[j] + beta * c[j] : acc[j];
 }
 
+// No register path for 16-bit panels: every m takes panel_loops.inc's scratch path.
+constexpr int64_t kRegRows16 = 0;
 template <bool, bool>
-bool decode16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t, int64_t, float,
-              const Mask*) {
-  return false;
-}
+void rows16_group(int64_t, const float*, int64_t, const uint16_t*, float*, int64_t, int64_t, float,
+                  const Mask*, int64_t, bool, int64_t) {}
 
 }  // namespace
 }  // namespace ltm::kernels::cpu::portable
