@@ -293,9 +293,13 @@ TEST_F(HttpServerTest, AtTheLimitTheLongestIdleConnectionMakesRoomOrANewOneIsClo
   Client a((*s)->port());
   a.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
   EXPECT_THAT(a.response(), HasSubstr("200 OK"));
+  // a's wait for its next request starts when the server's write handler for a's answer has run,
+  // which may be a while after a has read it (a sanitized build, a loaded machine): give it that
+  // while before b's requests, so that b's wait surely starts later. Without the pause the
+  // ThreadSanitizer build failed here once (2026-12-03: c evicted b, then b's answer was empty).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Client b((*s)->port());
-  // Twice: b's wait for its next request surely starts after a's (a's starts when the server
-  // has written a's answer, which may be a moment after a has read it).
+  // Twice, for the same reason: b's wait starts after its own second answer is written.
   for (int i = 0; i < 2; ++i) {
     b.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
     EXPECT_THAT(b.response(), HasSubstr("200 OK"));
