@@ -29,10 +29,9 @@
 // cuBLASLt GEMM). KV caches of 16-bit elements are written and read by the attention kernels
 // directly (kernels/cuda/attention.h), halving decode's cache traffic.
 //
-// int8 weights (--weight-dtype int8): quantized on the host by the CPU backend's rule
-// (kernels/cpu/int8_quant.h) into columns of quants and their scales (kernels/cuda/int8_gemm.h),
-// with fp16 activations; GEMMs of up to kInt8GemvMaxRows rows stream the quants through a kernel
-// of our own, more rows dequantize the weight into an fp16 scratch and run cuBLASLt on it.
+// int8 weights (--weight-dtype int8): uploaded by cuda_int8.h, with fp16 activations; GEMMs of
+// up to kInt8GemvMaxRows rows stream the quants through a kernel of our own, more rows dequantize
+// the weight into an fp16 scratch and run cuBLASLt on it (matmul_int8).
 //
 // Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
 // that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
@@ -64,12 +63,12 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/int8_gemm.h"
-#include "kernels/cuda/int8_layout.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cuda_graph.h"
+#include "runtime/backend/cuda_int8.h"
 #include "runtime/backend/cuda_lt_gemm.h"
 #include "runtime/model/dtype.h"
 
@@ -339,8 +338,11 @@ class CudaBackend final : public Backend {
                          int64_t k, int64_t n) override {
     if (w.precision() == Precision::kF32)
       return Backend::write_weight_rows(w, rows, row_begin, row_end, k, n);
-    if (w.precision() == Precision::kInt8)
-      return write_int8_rows(w, rows, row_begin, row_end, k, n);
+    if (w.precision() == Precision::kInt8) {
+      use_device(device_);
+      return int8_uploader_.write_rows(w.data(), w.bytes(), rows, row_begin, row_end, k, n,
+                                       ctx_->stream);
+    }
     LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k &&
                w.bytes() >= static_cast<size_t>(k * n) * 2);
     const int64_t count = (row_end - row_begin) * n;
@@ -361,11 +363,9 @@ class CudaBackend final : public Backend {
                             int64_t row_end, int64_t rows, int64_t d) override {
     if (table.precision() != Precision::kInt8)
       return Backend::write_embedding_rows(table, e_rows, row_begin, row_end, rows, d);
-    LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= rows &&
-               table.bytes() >= kernels::cuda::int8_weight_bytes(rows, d));
-    if (row_end == row_begin) return;
-    upload_int8(table, kernels::cuda::int8_stage_table_rows(e_rows, row_begin, row_end, rows, d,
-                                                            int8_staging_, weight_staging_));
+    use_device(device_);
+    int8_uploader_.write_table_rows(table.data(), table.bytes(), e_rows, row_begin, row_end, rows,
+                                    d, ctx_->stream);
   }
 
   // --- ops ---
@@ -636,35 +636,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // Rows [row_begin, row_end) of W [k, n] (whole groups of 32, the last may end at k) into an int8
-  // weight: each column's groups quantized (int8_quant.h, the CPU backend's rule) into staging,
-  // then copied into the columns' rows of quants and of scales (int8_layout.h).
-  void write_int8_rows(DeviceBuffer& w, const float* rows, int64_t row_begin, int64_t row_end,
-                       int64_t k, int64_t n) {
-    LTM_ASSERT(0 <= row_begin && row_begin <= row_end && row_end <= k && row_begin % 32 == 0 &&
-                   (row_end % 32 == 0 || row_end == k) &&
-                   w.bytes() >= kernels::cuda::int8_weight_bytes(n, k),
-               "int8 weight rows [", row_begin, ", ", row_end, ") of ", k,
-               " are not whole groups of 32");
-    if (row_end == row_begin) return;
-    upload_int8(w, kernels::cuda::int8_stage_rows(rows, row_begin, row_end, k, n, int8_staging_,
-                                                  weight_staging_));
-  }
-
-  // The two strided copies of kernels/cuda/int8_layout.h's staging into an int8 weight's buffer;
-  // waits for them (the staging is rewritten by the next call; loading is not hot).
-  void upload_int8(DeviceBuffer& w, const kernels::cuda::Int8Staged& st) {
-    use_device(device_);
-    auto* base = static_cast<char*>(w.data());
-    LTM_CUDA_CHECK(cudaMemcpy2DAsync(base + st.quants.dst_offset, st.quants.dst_pitch,
-                                     int8_staging_.data(), st.quants.src_pitch, st.quants.width,
-                                     st.quants.height, cudaMemcpyHostToDevice, ctx_->stream));
-    LTM_CUDA_CHECK(cudaMemcpy2DAsync(base + st.scales.dst_offset, st.scales.dst_pitch,
-                                     weight_staging_.data(), st.scales.src_pitch, st.scales.width,
-                                     st.scales.height, cudaMemcpyHostToDevice, ctx_->stream));
-    synchronize();  // the staging is rewritten by the next call
-  }
-
   // C = epilogue(A W + beta C) for an int8 W [k, n] (int8_gemm.h): the weight-streaming kernel up
   // to kInt8GemvMaxRows rows of A; more rows dequantize W into int8_scratch_ ([n, k] fp16) and
   // multiply on tensor cores as a 16-bit weight read transposed (lm_head's table).
@@ -741,8 +712,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtGemm> lt_;           // 16-bit GEMMs
   DeviceBuffer act16_;                   // fp32 activations rounded to 16 bits for lt_
   DeviceBuffer bias16_;                  // a bias rounded to 16 bits for a 16-bit epilogue
-  std::vector<uint16_t> weight_staging_;  // 16-bit rows (int8: scales) on their way to the device
-  std::vector<int8_t> int8_staging_;      // int8 quants on their way to the device
+  std::vector<uint16_t> weight_staging_;  // 16-bit rows on their way to the device
+  CudaInt8Uploader int8_uploader_;        // int8 rows on their way to the device
   DeviceBuffer int8_scratch_;             // an int8 weight dequantized for a many-row GEMM
   // A buffer that does not own its memory, seen through `b` (empty when b is null).
   static DeviceBuffer view(const std::shared_ptr<DeviceBuffer>& b) {

@@ -12,7 +12,8 @@
 //   OMP_NUM_THREADS=2 /tmp/skb [m ...]
 // SKB_ISA=avx2,portable: only those paths; SKB_TYPES=f32,bf16,int8: only those weight types;
 // SKB_SHAPES=qkv,fc2: only those shapes; SKB_ROUNDS=n (default 7); SKB_WARM: B stays in cache;
-// SKB_COLD_MB=n: the fp32 copies of B rotated over (default 96; more than the L3 for cold B).
+// SKB_COLD_MB=n: the fp32 copies of B rotated over (default 96; more than the L3 for cold B);
+// SKB_D=d, SKB_VOCAB=v: another model's shapes (d = 256, v = 4096: models/kjv-small's).
 #include <cblas.h>
 
 #include <algorithm>
@@ -46,9 +47,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) ms.push_back(std::atoi(argv[i]));
   if (ms.empty()) ms = {4, 8, 16, 32, 64};
   struct Shape { int n, k; bool t; const char* name; };
-  const Shape shapes[] = {{2304, 768, false, "qkv"}, {768, 768, false, "proj"},
-                          {3072, 768, false, "fc"},  {768, 3072, false, "fc2"},
-                          {50257, 768, true, "lmhead"}};
+  const int d = std::getenv("SKB_D") ? std::atoi(std::getenv("SKB_D")) : 768;
+  const int vocab = std::getenv("SKB_VOCAB") ? std::atoi(std::getenv("SKB_VOCAB")) : 50257;
+  const Shape shapes[] = {{3 * d, d, false, "qkv"}, {d, d, false, "proj"},
+                          {4 * d, d, false, "fc"},  {d, 4 * d, false, "fc2"},
+                          {vocab, d, true, "lmhead"}};
   namespace kc = ltm::kernels::cpu;
   std::vector<kc::Isa> isas;
   for (kc::Isa i : kc::supported_isas())
