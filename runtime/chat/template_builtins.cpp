@@ -360,7 +360,9 @@ Value Renderer::filter(const std::string& name, const Value& v, const Args& args
     const Value* indent = arg(args, kw, 0, "indent");
     if (indent && !indent->is(K::kNone)) {
       style.has_indent = true;
-      style.item_sep = ",";
+      // std::string(","), not ",": GCC 12 at -O2 warns (-Wrestrict, a false positive) outside
+      // the unity build.
+      style.item_sep = std::string(",");
       if (indent->is(K::kString))
         style.indent = *indent->str;
       else if (indent->is(K::kInt))
