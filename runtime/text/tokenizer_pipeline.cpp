@@ -112,7 +112,7 @@ void split_piece(const Piece& piece, const Ranges& matches, SplitBehavior behavi
         if (!s.match) kept.push_back(s);
       break;
     case SplitBehavior::kIsolated:
-      kept = sections;
+      kept = std::move(sections);  // moved: copying gave a false GCC 12 -Wfree-nonheap-object
       break;
     case SplitBehavior::kMergedWithPrevious:  // a delimiter ends the piece before it
       for (const Section& s : sections) {
