@@ -4,8 +4,8 @@
 // a row stride wider than the rotated heads, as Q inside a qkv row) and the gated SiLU; fp32
 // within 1e-4 (RoPE: 1e-4 of |x|; its cos and sin come from the same double functions, the
 // products differ by fused multiply-adds) and 16-bit activations within half an ulp of the fp32
-// result (tolerance_act, as cuda_backend_gpu_test). Grouped-query attention is in
-// cuda_backend_gpu_test's attention cases. Skipped (exit 77) without a CUDA device.
+// result (tolerance_act, as cuda_backend_fixture.h). Grouped-query attention is in
+// cuda_backend_ops_gpu_test's attention cases. Skipped (exit 77) without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
