@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
+
 namespace ltm::json_subset {
 
 enum class error_handler_t { strict, replace, ignore };
@@ -305,24 +307,6 @@ class Parser {
     return true;
   }
 
-  static void append_utf8(std::string* s, uint32_t cp) {
-    if (cp < 0x80) {
-      *s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      *s += static_cast<char>(0xC0 | (cp >> 6));
-      *s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      *s += static_cast<char>(0xE0 | (cp >> 12));
-      *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      *s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      *s += static_cast<char>(0xF0 | (cp >> 18));
-      *s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      *s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   bool string(std::string* out) {
     const char* start = p_;
     ++p_;
@@ -364,7 +348,7 @@ class Parser {
                 return error(101, token_at(start, static_cast<size_t>(p_ - start)), "high surrogate without a low one");
               cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
-            append_utf8(out, cp);
+            ltm::append_utf8(*out, cp);
             break;
           }
           default:

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/json_parse.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 #include "runtime/text/tokenizer_pipeline.h"
 #include "runtime/text/unicode_tables.h"
@@ -63,24 +64,6 @@ Utf8Step next_code_point(const unsigned char* p, size_t n) {
   return {cp, need + 1, Utf8Kind::kOk};
 }
 
-void append_utf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 constexpr char kReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
 
 // ---- byte-level alphabet (GPT-2's bytes_to_unicode) ---------------------------------------------
@@ -111,7 +94,7 @@ const ByteAlphabet& byte_alphabet() {
 
 std::string byte_spelling(unsigned char b) {
   std::string s;
-  append_utf8(byte_alphabet().byte_to_cp[b], s);
+  append_utf8(s, byte_alphabet().byte_to_cp[b]);
   return s;
 }
 
