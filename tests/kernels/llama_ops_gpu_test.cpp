@@ -18,11 +18,13 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/model/dtype.h"
+#include "tests/kernels/cuda_backend_fixture.h"
 #include "tests/kernels/random_floats.h"
 
 namespace ltm {
 namespace {
 
+using cuda_test::rounded;
 using test::random_floats;
 
 class LlamaOpsGpuTest : public ::testing::Test {
@@ -45,21 +47,11 @@ class LlamaOpsGpuTest : public ::testing::Test {
   }
   // 16-bit elements of type p at `buf`, widened.
   std::vector<float> down16(const DeviceBuffer& buf, size_t n, Precision p) {
-    std::vector<uint16_t> h(n);
-    gpu_->copy_to_host(h.data(), buf.data(), n * 2);
-    gpu_->synchronize();
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = p == Precision::kBF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
-    return out;
+    return cuda_test::fetch_16(*gpu_, buf.data(), n, p);
   }
   DeviceBuffer up16(const std::vector<float>& v, Precision p) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = p == Precision::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+    const std::vector<uint16_t> h = cuda_test::as_16(v, p);
     return gpu_->upload(h.data(), h.size() * 2, false);
-  }
-  static std::vector<float> rounded(std::vector<float> v, Precision p) {
-    for (float& x : v) x = p == Precision::kBF16 ? bf16_to_f32(f32_to_bf16(x)) : f16_to_f32(f32_to_f16(x));
-    return v;
   }
   // The largest |got - want| relative to `scale` (absolute when scale is 0).
   static float worst(const std::vector<float>& want, const std::vector<float>& got, float rel,
