@@ -27,13 +27,12 @@ namespace {
 using cuda_test::rounded;
 using test::random_floats;
 
-class LlamaOpsGpuTest : public ::testing::Test {
+// The CUDA and CPU backends of cuda_backend_fixture.h, the CUDA one with the Llama ops.
+class LlamaOpsGpuTest : public cuda_test::CudaBackendTest {
  protected:
   void SetUp() override {
-    std::string error;
-    gpu_ = make_cuda_backend(0, &error);
-    ASSERT_NE(gpu_, nullptr) << error;
-    cpu_ = make_cpu_backend(1);
+    cuda_test::CudaBackendTest::SetUp();
+    if (gpu_ == nullptr) return;  // the fixture's SetUp has failed the test
     ASSERT_TRUE(gpu_->supports_llama());
   }
   DeviceBuffer up(Backend& b, const std::vector<float>& v) {
@@ -66,8 +65,6 @@ class LlamaOpsGpuTest : public ::testing::Test {
     return w;
   }
   static float ulp_half(Precision p) { return p == Precision::kBF16 ? 0x1p-8f : 0x1p-11f; }
-
-  std::unique_ptr<Backend> cpu_, gpu_;
 };
 
 TEST_F(LlamaOpsGpuTest, RmsNormMatchesCpu) {
