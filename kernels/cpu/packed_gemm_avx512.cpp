@@ -51,8 +51,10 @@ inline void store_tile(const __m512 (&acc)[R][4], float* c, int64_t ldc, float b
 }
 
 // C[R rows, 64 cols] (masked by mk[]) = A[R, k] @ P + beta * C for one panel P [k, 64]; l2:
-// panel_loops.inc's L2Stream, `per_step` of its `lines` cache lines from `base` pulled into L2
-// per k step.
+// panel_loops.inc's L2Stream, its `lines` cache lines from `base` pulled into L2 evenly over the k
+// steps. Spread by a running sum instead of ceil(lines / k) a step from the first (a loop with a
+// multiply every step, and the prefetches bunched at the start): m = 32, k = 768, one thread,
+// old and new alternating in one process, 1.06-1.07x with B in L2, 1.08-1.10x from memory.
 template <int R, bool kMasked, typename L2>
 inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                     int64_t ldc, int64_t k, float beta, const __mmask16* mk, bool prefetch,
@@ -68,6 +70,10 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
   const __mmask16 m0 = kMasked ? mk[0] : 0xFFFF, m1 = kMasked ? mk[1] : 0xFFFF;
   const __mmask16 m2 = kMasked ? mk[2] : 0xFFFF, m3 = kMasked ? mk[3] : 0xFFFF;
   const int64_t kp = prefetch && k > kPrefetch ? k - kPrefetch : 0;
+  // The L2 stream spread evenly over the k steps, one prefetch whenever a running sum of
+  // l2.lines passes k (so k steps issue exactly l2.lines), as the AVX2 tile does.
+  int64_t l2_sum = 0;
+  const char* l2_at = l2.base;
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b + p * ldb;
     if (p < kp) {
@@ -77,8 +83,14 @@ inline void nt_tile(const float* a, int64_t lda, const float* b, int64_t ldb, fl
       _mm_prefetch(pf + 128, _MM_HINT_T0);
       _mm_prefetch(pf + 192, _MM_HINT_T0);
     }
-    for (int64_t q = 0, line = p * l2.per_step; q < l2.per_step && line < l2.lines; ++q, ++line)
-      _mm_prefetch(l2.base + line * 64, _MM_HINT_T1);
+    if (l2.lines > 0) {
+      l2_sum += l2.lines;
+      while (l2_sum >= k) {
+        l2_sum -= k;
+        _mm_prefetch(l2_at, _MM_HINT_T1);
+        l2_at += 64;
+      }
+    }
     __m512 b0, b1, b2, b3;
     if constexpr (kMasked) {
       b0 = _mm512_maskz_loadu_ps(m0, bp);
