@@ -19,10 +19,10 @@ namespace ltm::kernels::cpu::int8::avx2 {
 namespace {
 
 constexpr int64_t kGroupBytes = 2176;
-#ifndef PG_INT8_AVX2_AHEAD
-#define PG_INT8_AVX2_AHEAD kGroupBytes  // bytes ahead of a panel's group that gemv_panels prefetches
-#endif
-constexpr int64_t kAheadLines = (kGroupBytes / 64 + 1 + 7) / 8;  // lines a quad prefetches
+// gemv_panels prefetches a panel's next group block (kGroupBytes on: one more line in case the
+// block straddles one), an eighth of its lines every quad.
+constexpr int64_t kBlockLines = kGroupBytes / 64 + 1;
+constexpr int64_t kAheadLines = (kBlockLines + 7) / 8;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -179,9 +179,9 @@ void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes,
       for (int v = 0; v < 8; ++v) is[v] = _mm256_setzero_si256();
 #pragma GCC unroll 2
       for (int t = 0; t < 8; ++t) {
-        // This panel's next group block (kGroupBytes on), a part of its lines every quad.
-        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kGroupBytes / 64 + 1; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(blk + PG_INT8_AVX2_AHEAD + 64 * l), _MM_HINT_T0);
+        // A part of this panel's next group block (kAheadLines above).
+        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kBlockLines; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * l), _MM_HINT_T0);
         const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[t]));
         const __m256i ax = _mm256_load_si256(reinterpret_cast<const __m256i*>(axs[t]));
         const uint8_t* wq = blk + 128 + 256 * t;

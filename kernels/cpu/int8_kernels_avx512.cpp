@@ -20,7 +20,10 @@ namespace ltm::kernels::cpu::int8::avx512 {
 namespace {
 
 constexpr int64_t kGroupBytes = 2176;
-constexpr int64_t kAheadLines = (kGroupBytes / 64 + 1 + 7) / 8;  // lines a quad prefetches
+// gemv_panels prefetches a panel's next group block (kGroupBytes on: one more line in case the
+// block straddles one), an eighth of its lines every quad.
+constexpr int64_t kBlockLines = kGroupBytes / 64 + 1;
+constexpr int64_t kAheadLines = (kBlockLines + 7) / 8;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -134,8 +137,8 @@ void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes,
       __m512i is0 = init, is1 = init, is2 = init, is3 = init;
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
-        // This panel's next group block, a part of its lines every quad (int8_kernels_avx2.cpp).
-        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kGroupBytes / 64 + 1; ++l)
+        // A part of this panel's next group block (kAheadLines above).
+        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kBlockLines; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * l), _MM_HINT_T0);
         const uint8_t* wq = blk + 128 + 256 * t;
         is0 = _mm512_dpbusd_epi32(is0, _mm512_loadu_si512(wq), x[t]);
