@@ -281,18 +281,17 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
                       : kernel == int8::avx2::panel_gemm ? int8::avx2::gemv_panels
                                                          : nullptr;
   if (m == 1 && gemv != nullptr && gemv_on) {
-    // Decode: each thread takes an even share of the panels, in order, 4 at a time.
+    // Decode: runs of consecutive panels, 4 at a time then fewer, as threads free up (panel_runs).
     const int nt_max = static_cast<int>(std::min<int64_t>(threads, panels));
     const int8::QuantRows ar{q, scale, sum, groups};
-#pragma omp parallel num_threads(nt_max)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
-      for (int64_t j = j0; j < j1; j += 4) {
-        const int np = static_cast<int>(std::min<int64_t>(4, j1 - j));
-        gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
-             std::min(np * kWidth, n - j * kWidth), beta);
-      }
+    const PanelRuns runs = panel_runs(panels, nt_max);
+#pragma omp parallel for schedule(dynamic) num_threads(nt_max)
+    for (int64_t i = 0; i < runs.count(); ++i) {
+      int64_t j;
+      int np;
+      runs.run(i, &j, &np);
+      gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
+           std::min(np * kWidth, n - j * kWidth), beta);
     }
     return;
   }

@@ -66,11 +66,19 @@ RowSplit split_rows(int64_t m, int64_t panels, int threads) {
   return {(m + rows - 1) / rows, rows};
 }
 
+PanelRuns panel_runs(int64_t panels, int threads) {
+  const int64_t t = std::max(1, threads);
+  const int64_t quads = panels > 4 * t ? (panels - 4 * t + 3) / 4 : 0;
+  const int64_t rest = panels - 4 * quads;
+  const int64_t pairs = rest > t ? (rest - t + 1) / 2 : 0;
+  return {quads, pairs, rest - 2 * pairs};
+}
+
 #ifdef LTM_CPU_X86
 namespace {
-// m == 1 on the AVX-512 path, m <= 2 on the AVX2 path: each thread takes an even share of the
-// panels, in order, and walks them 4 at a time (gemv_panels: several streams per core). true
-// when it ran.
+// m == 1 on the AVX-512 path, m <= 2 on the AVX2 path: runs of consecutive panels as threads
+// free up, 4 at a time while there are many (gemv_panels: several streams per core), then fewer
+// (panel_runs). true when it ran.
 bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem_bytes, float* c,
                        int64_t m, int64_t n, int64_t k, float beta) {
   const bool avx2 = isa() == Isa::kAvx2 && m <= 2;
@@ -80,18 +88,18 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
   const char* base = static_cast<const char*>(packed);
   const int64_t rows = type == 1 ? (k + 1) / 2 * 2 : k;  // panel_rows: bf16 pairs
   const size_t panel_bytes = static_cast<size_t>(rows * kPanelWidth) * elem_bytes;
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t j0 = panels * t / nt, j1 = panels * (t + 1) / nt;
-    for (int64_t j = j0; j < j1; j += 4) {
-      const int64_t c0 = j * kPanelWidth;
-      const int64_t cols = std::min<int64_t>(std::min<int64_t>(4, j1 - j) * kPanelWidth, n - c0);
-      if (avx2)
-        avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta);
-      else
-        avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
-    }
+  const PanelRuns runs = panel_runs(panels, threads);
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (int64_t i = 0; i < runs.count(); ++i) {
+    int64_t j;
+    int np;
+    runs.run(i, &j, &np);
+    const int64_t c0 = j * kPanelWidth;
+    const int64_t cols = std::min<int64_t>(np * kPanelWidth, n - c0);
+    if (avx2)
+      avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta);
+    else
+      avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
   }
   return true;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "runtime/backend/backend.h"
 #include "tests/kernels/isa_param.h"
 
@@ -314,9 +315,40 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
   set_blas_threads(saved);
 }
 
+TEST(PackedGemm, PanelRunsCoverEveryPanelOnceInOrder) {
+  // The decode's runs (isa_kernels.h): 4 panels a run while more than 4 a thread remain, then 2
+  // while more than 1 a thread, then 1; consecutive, every panel once.
+  for (int threads : {1, 2, 3, 8})
+    for (int64_t panels = 0; panels <= 300; ++panels) {
+      const PanelRuns runs = panel_runs(panels, threads);
+      int64_t next = 0;
+      for (int64_t i = 0; i < runs.count(); ++i) {
+        int64_t first;
+        int n;
+        runs.run(i, &first, &n);
+        ASSERT_EQ(first, next) << panels << " panels, " << threads << " threads, run " << i;
+        ASSERT_TRUE(n == 4 || n == 2 || n == 1);
+        const int64_t left = panels - first;  // panels not yet handed out before this run
+        if (n == 4) {
+          EXPECT_GT(left, 4 * threads);
+        } else {
+          EXPECT_LE(left, 4 * threads + 3);
+        }
+        if (n == 1 && threads > 1) {
+          EXPECT_LE(left, threads + 1);
+        }
+        next += n;
+      }
+      EXPECT_EQ(next, panels) << panels << " panels, " << threads << " threads";
+    }
+  EXPECT_EQ(panel_runs(12, 2).quads, 1);  // GPT-2-124M's proj: 4, 2, 2, 2, 1, 1
+  EXPECT_EQ(panel_runs(12, 2).pairs, 3);
+  EXPECT_EQ(panel_runs(12, 2).singles, 2);
+}
+
 TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
-  // Decode (m = 1; AVX2: m <= 2): on the AVX-512 and AVX2 paths each thread walks its panels 4
-  // at a time (gemv_panels), so shares of 1..9 panels, ragged last panels and beta all occur.
+  // Decode (m = 1; AVX2: m <= 2): on the AVX-512 and AVX2 paths runs of 4, 2 and 1 panels
+  // (panel_runs, gemv_panels), so runs of 1..4 panels, ragged last panels and beta all occur.
   const int saved = blas_threads();
   for (int threads : {1, 2}) {
     set_blas_threads(threads);
@@ -330,7 +362,7 @@ TEST_P(PackedGemmIsa, OneRowOverEveryPanelCount) {
   set_blas_threads(saved);
 }
 
-// fp32: a decode row (gemv_panels, the panels of a thread's share taken 4 at a time; AVX2: their
+// fp32: a decode row (gemv_panels, runs of 4, 2 or 1 panels; AVX2: their
 // accumulators kept in L1 between turns, also 2 rows) gives the bits of the same row in a step of
 // up to 16 rows (the row groups' tiles): both sum each chunk of rows (AVX2 64, AVX-512 128) from
 // zero in row order and add it into C. Needed by speculative decoding's greedy identity. Shares of 1..9 panels, ragged last panels, k across chunks, 1 and 2 threads.
