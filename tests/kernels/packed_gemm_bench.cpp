@@ -12,7 +12,7 @@
 //   OMP_NUM_THREADS=2 /tmp/skb [m ...]
 // SKB_ISA=avx2,portable: only those paths; SKB_TYPES=f32,bf16,int8: only those weight types;
 // SKB_SHAPES=qkv,fc2: only those shapes; SKB_ROUNDS=n (default 7); SKB_WARM: B stays in cache;
-// SKB_COLD_MB=n: the fp32 copies of B rotated over (default 96; more than the L3 for cold B);
+// SKB_COLD_MB=n: the int8 copies of B rotated over (default 96; more than the L3 for cold B);
 // SKB_D=d, SKB_VOCAB=v: another model's shapes (d = 256, v = 4096: models/kjv-small's).
 #include <cblas.h>
 
@@ -70,10 +70,11 @@ int main(int argc, char** argv) {
     if (!selected("SKB_SHAPES", s.name)) continue;
     // Cold B, as in decoding (the whole model is far larger than L3): rotate over copies of B
     // that together exceed the L3 cache, unless SKB_WARM is set. Every type gets the same
-    // number of copies (a 16-bit copy is half the bytes, so at least as cold in relative terms).
+    // number of copies, enough that the int8 ones (about a byte a weight) come to SKB_COLD_MB:
+    // counted in fp32 bytes, int8's quarter-size copies fitted in a 32 MiB L3.
     const size_t sz = static_cast<size_t>(s.n) * s.k;
     const size_t cold_bytes = (std::getenv("SKB_COLD_MB") ? std::atoll(std::getenv("SKB_COLD_MB")) : 96) << 20;
-    const size_t copies = std::getenv("SKB_WARM") ? 1 : std::max<size_t>(1, cold_bytes / (sz * 4) + 1);
+    const size_t copies = std::getenv("SKB_WARM") ? 1 : std::max<size_t>(1, cold_bytes / sz + 1);
     std::vector<float> bs(sz * copies);
     for (auto& x : bs) x = u(rng);
     // Page-aligned, as the CPU backend holds its packed weights (CpuBackend::alloc_zeroed).
