@@ -15,6 +15,7 @@
 #include "kernels/cpu/int8_kernels.h"
 #include "kernels/cpu/int8_quant.h"
 #include "kernels/cpu/isa_kernels.h"  // split_rows
+#include "kernels/cpu/panel_runs.h"
 #include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
@@ -284,15 +285,10 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     // Decode: runs of consecutive panels, 4 at a time then fewer, as threads free up (panel_runs).
     const int nt_max = static_cast<int>(std::min<int64_t>(threads, panels));
     const int8::QuantRows ar{q, scale, sum, groups};
-    const PanelRuns runs = panel_runs(panels, nt_max);
-#pragma omp parallel for schedule(dynamic) num_threads(nt_max)
-    for (int64_t i = 0; i < runs.count(); ++i) {
-      int64_t j;
-      int np;
-      runs.run(i, &j, &np);
+    for_each_panel_run(panels, nt_max, [&](int64_t j, int np) {
       gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
            std::min(np * kWidth, n - j * kWidth), beta);
-    }
+    });
     return;
   }
 #endif

@@ -47,7 +47,7 @@ LTM_DECLARE_INT8_KERNELS(avx512)  // AVX-512 VNNI
 namespace avx512 {
 // One row of A (decode) times n_panels <= 4 consecutive panels (panel_bytes apart; C gets `cols`
 // <= 64 n_panels columns), streamed together: several sequential reads per core keep the memory
-// system busier than one.
+// system busier than one. One walk for both units (int8_gemv.inc).
 void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
                  float* c, int64_t cols, float beta);
 }  // namespace avx512

@@ -19,10 +19,6 @@ namespace ltm::kernels::cpu::int8::avx2 {
 namespace {
 
 constexpr int64_t kGroupBytes = 2176;
-// gemv_panels prefetches a panel's next group block (kGroupBytes on: one more line in case the
-// block straddles one), an eighth of its lines every quad.
-constexpr int64_t kBlockLines = kGroupBytes / 64 + 1;
-constexpr int64_t kAheadLines = (kBlockLines + 7) / 8;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -155,71 +151,18 @@ void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* s
   }
 }
 
-void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
-                 float* c, int64_t cols, float beta) {
-  // Up to 4 panels, group by group (4 sequential streams per core, as the AVX-512 kernel): the
-  // group's 8 broadcast quads of A and their magnitudes are made once and shared by the panels;
-  // per panel 8 int32 accumulators for its 64 columns.
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) float acc[4][64];
-  for (int p = 0; p < n_panels; ++p)
-    for (int v = 0; v < 8; ++v) _mm256_store_ps(&acc[p][8 * v], _mm256_setzero_ps());
-  alignas(32) int8_t xs[8][32], axs[8][32];
-  for (int64_t g = 0; g < a.groups; ++g) {
-    for (int t = 0; t < 8; ++t) {
-      const __m256i x = _mm256_set1_epi32(load_i32(a.q + 32 * g + 4 * t));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(xs[t]), x);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(axs[t]), _mm256_abs_epi8(x));
-    }
-    const __m256 sa = _mm256_set1_ps(a.scale[g]);
-    for (int p = 0; p < n_panels; ++p) {
-      const uint8_t* blk = panels + p * panel_bytes + g * kGroupBytes;
-      __m256i is[8];
-      for (int v = 0; v < 8; ++v) is[v] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (int t = 0; t < 8; ++t) {
-        // A part of this panel's next group block (kAheadLines above).
-        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kBlockLines; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * l), _MM_HINT_T0);
-        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[t]));
-        const __m256i ax = _mm256_load_si256(reinterpret_cast<const __m256i*>(axs[t]));
-        const uint8_t* wq = blk + 128 + 256 * t;
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) {
-          const __m256i w = _mm256_xor_si256(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * v)), flip);
-          is[v] = _mm256_add_epi32(
-              is[v], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x)), ones));
-        }
-      }
-      for (int v = 0; v < 8; ++v) {
-        const __m256 sw =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v)));
-        _mm256_store_ps(&acc[p][8 * v], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[v]),
-                                                        _mm256_mul_ps(sw, sa),
-                                                        _mm256_load_ps(&acc[p][8 * v])));
-      }
-    }
+// gemv_panels' step (int8_gemv.inc): the weights' bytes made signed again and the activations'
+// signs moved onto them, |a| x +-w pair sums by maddubs, then madd with ones.
+struct GemvStep {
+  static constexpr bool kUsesMagnitude = true;
+  static __m256i init(int32_t) { return _mm256_setzero_si256(); }
+  static __m256i dot(__m256i acc, __m256i w, __m256i x, __m256i ax) {
+    const __m256i sw = _mm256_sign_epi8(_mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80))), x);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1)));
   }
-  const __m256 vb = _mm256_set1_ps(beta);
-  for (int p = 0; p < n_panels; ++p)
-    for (int v = 0; v < 8; ++v) {
-      const int64_t left = cols - 64 * p - 8 * v;
-      if (left <= 0) break;
-      float* cp = c + 64 * p + 8 * v;
-      __m256 out = _mm256_load_ps(&acc[p][8 * v]);
-      if (left >= 8) {
-        if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cp), out);
-        _mm256_storeu_ps(cp, out);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, out);
-        for (int64_t j = 0; j < left; ++j) cp[j] = beta != 0.0f ? tmp[j] + beta * cp[j] : tmp[j];
-      }
-    }
-}
+};
 
+#include "kernels/cpu/int8_gemv.inc"
 #include "kernels/cpu/int8_panel_rows.inc"
 
 }  // namespace ltm::kernels::cpu::int8::avx2

@@ -20,10 +20,6 @@ namespace ltm::kernels::cpu::int8::avx512 {
 namespace {
 
 constexpr int64_t kGroupBytes = 2176;
-// gemv_panels prefetches a panel's next group block (kGroupBytes on: one more line in case the
-// block straddles one), an eighth of its lines every quad.
-constexpr int64_t kBlockLines = kGroupBytes / 64 + 1;
-constexpr int64_t kAheadLines = (kBlockLines + 7) / 8;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -119,60 +115,19 @@ void quantize_row(const float* a, int64_t k, int8_t* q, float* scale, int32_t* s
   }
 }
 
-void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
-                 float* c, int64_t cols, float beta) {
-  // Up to 4 panels, group by group: 4 sequential streams per core. 256-bit vpdpbusd (VL), 8
-  // int32 accumulators per panel for its 64 columns, the fp32 ones in memory between groups, as
-  // the AVX2 kernel: on the AMD EPYC Zen 4 VM, with the weights streamed from memory, the form
-  // with 512-bit loads and 16 accumulators read 0.7-0.8x the bytes a second of this one and of
-  // the AVX2 kernel (docs/benchmarks.md, "int8 on the AMD EPYC Zen 4 VM").
-  const int64_t groups = a.groups;
-  alignas(32) float acc[4][64];
-  for (int p = 0; p < n_panels; ++p)
-    for (int v = 0; v < 8; ++v) _mm256_store_ps(&acc[p][8 * v], _mm256_setzero_ps());
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m256i init = _mm256_set1_epi32(-128 * a.sum[g]);
-    const __m256 sa = _mm256_set1_ps(a.scale[g]);
-    alignas(32) int32_t xs[8][8];
-    for (int t = 0; t < 8; ++t)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(xs[t]), _mm256_set1_epi32(load_i32(a.q + 32 * g + 4 * t)));
-    for (int p = 0; p < n_panels; ++p) {
-      const uint8_t* blk = panels + p * panel_bytes + g * kGroupBytes;
-      __m256i is[8];
-      for (int v = 0; v < 8; ++v) is[v] = init;
-#pragma GCC unroll 2
-      for (int t = 0; t < 8; ++t) {
-        // A part of this panel's next group block (kAheadLines above).
-        for (int64_t l = kAheadLines * t; l < kAheadLines * (t + 1) && l < kBlockLines; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * l), _MM_HINT_T0);
-        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[t]));
-        const uint8_t* wq = blk + 128 + 256 * t;
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v)
-          is[v] = _mm256_dpbusd_epi32(is[v], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * v)), x);
-      }
-      for (int v = 0; v < 8; ++v) {
-        const __m256 sw =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * v)));
-        _mm256_store_ps(&acc[p][8 * v], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[v]),
-                                                        _mm256_mul_ps(sw, sa),
-                                                        _mm256_load_ps(&acc[p][8 * v])));
-      }
-    }
+// gemv_panels' step (int8_gemv.inc): 256-bit vpdpbusd (AVX512-VL). On the AMD EPYC Zen 4 VM,
+// with the weights streamed from memory, a form with 512-bit loads and 16 accumulators read
+// 0.7-0.8x the bytes a second of this walk (docs/benchmarks.md, "Issue 22 on the AMD EPYC Zen 4
+// VM").
+struct GemvStep {
+  static constexpr bool kUsesMagnitude = false;
+  static __m256i init(int32_t sum) { return _mm256_set1_epi32(-128 * sum); }
+  static __m256i dot(__m256i acc, __m256i w, __m256i x, __m256i) {
+    return _mm256_dpbusd_epi32(acc, w, x);
   }
-  const __m256 vb = _mm256_set1_ps(beta);
-  for (int p = 0; p < n_panels; ++p)
-    for (int v = 0; v < 8; ++v) {
-      const int64_t left = cols - 64 * p - 8 * v;
-      if (left <= 0) break;
-      float* cp = c + 64 * p + 8 * v;
-      const __mmask8 mk = left >= 8 ? __mmask8(0xFF) : __mmask8((1u << left) - 1);
-      __m256 out = _mm256_load_ps(&acc[p][8 * v]);
-      if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_maskz_loadu_ps(mk, cp), out);
-      _mm256_mask_storeu_ps(cp, mk, out);
-    }
-}
+};
 
+#include "kernels/cpu/int8_gemv.inc"
 #include "kernels/cpu/int8_panel_rows.inc"
 
 }  // namespace ltm::kernels::cpu::int8::avx512

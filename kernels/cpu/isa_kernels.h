@@ -68,27 +68,6 @@ struct RowSplit {
 };
 RowSplit split_rows(int64_t m, int64_t panels, int threads);
 
-// The decode's (one row of A) walk over `panels` column panels, as runs of consecutive panels
-// that threads take as they free up (schedule(dynamic)): runs of 4 (gemv_panels' 4 streams a
-// core) while more than 4 panels a thread remain, then runs of 2 while more than one a thread,
-// then single panels, so that the threads finish together even when one of them gets less of
-// the memory bandwidth for a while (packed_gemm.cpp; int8_gemm.cpp).
-struct PanelRuns {
-  int64_t quads, pairs, singles;
-  int64_t count() const { return quads + pairs + singles; }
-  // Run i: its first panel and how many.
-  void run(int64_t i, int64_t* first, int* n) const {
-    if (i < quads) {
-      *first = 4 * i, *n = 4;
-    } else if (i < quads + pairs) {
-      *first = 4 * quads + 2 * (i - quads), *n = 2;
-    } else {
-      *first = 4 * quads + 2 * pairs + (i - quads - pairs), *n = 1;
-    }
-  }
-};
-PanelRuns panel_runs(int64_t panels, int threads);
-
 inline constexpr int kQueryTile = 4;  // attention query rows computed together
 
 // The table in use (chosen on the first call).

@@ -9,6 +9,7 @@
 #include "kernels/cpu/int8_gemm.h"
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/panel_runs.h"
 
 namespace ltm::kernels::cpu {
 
@@ -88,19 +89,14 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
   const char* base = static_cast<const char*>(packed);
   const int64_t rows = type == 1 ? (k + 1) / 2 * 2 : k;  // panel_rows: bf16 pairs
   const size_t panel_bytes = static_cast<size_t>(rows * kPanelWidth) * elem_bytes;
-  const PanelRuns runs = panel_runs(panels, threads);
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-  for (int64_t i = 0; i < runs.count(); ++i) {
-    int64_t j;
-    int np;
-    runs.run(i, &j, &np);
+  for_each_panel_run(panels, threads, [&](int64_t j, int np) {
     const int64_t c0 = j * kPanelWidth;
     const int64_t cols = std::min<int64_t>(np * kPanelWidth, n - c0);
     if (avx2)
       avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta);
     else
       avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
-  }
+  });
   return true;
 }
 }  // namespace

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/panel_runs.h"
 #include "runtime/backend/backend.h"
 #include "tests/kernels/isa_param.h"
 
@@ -316,7 +316,7 @@ TEST_P(PackedGemmIsa, SixteenBitOneAndTwoThreads) {
 }
 
 TEST(PackedGemm, PanelRunsCoverEveryPanelOnceInOrder) {
-  // The decode's runs (isa_kernels.h): 4 panels a run while more than 4 a thread remain, then 2
+  // The decode's runs (panel_runs.h): 4 panels a run while more than 4 a thread remain, then 2
   // while more than 1 a thread, then 1; consecutive, every panel once.
   for (int threads : {1, 2, 3, 8})
     for (int64_t panels = 0; panels <= 300; ++panels) {
