@@ -157,8 +157,10 @@ struct GemvStep {
   static constexpr bool kUsesMagnitude = true;
   static __m256i init(int32_t) { return _mm256_setzero_si256(); }
   static __m256i dot(__m256i acc, __m256i w, __m256i x, __m256i ax) {
-    const __m256i sw = _mm256_sign_epi8(_mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80))), x);
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1)));
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i sw = _mm256_sign_epi8(_mm256_xor_si256(w, flip), x);
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1)));
   }
 };
 
