@@ -133,6 +133,7 @@ Value Renderer::call(const Callable& fn, const Args& args, const Kwargs& kw) {
     Value ns;
     ns.kind = K::kNamespace;
     ns.ns = std::make_shared<ValueDict>(std::move(d));
+    namespaces_.push_back(ns.ns);
     return ns;
   }
   if (fn.name == "strftime_now") {

@@ -42,6 +42,14 @@ class Renderer {
     scopes_.push_back(std::move(context));
     scopes_.emplace_back();  // the template's own top-level variables
   }
+  // A namespace is the one mutable value, so the one way to make a cycle of shared_ptrs
+  // (`{% set ns.a = ns %}`, or ns inside a list stored back in ns): every namespace this render
+  // made is emptied when it ends, which breaks every such cycle. Nothing outlives the render.
+  ~Renderer() {
+    for (const auto& ns : namespaces_) ns->clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   std::string run(const Body& body) {
     out_ = &result_;
@@ -166,6 +174,7 @@ class Renderer {
   int64_t alloc_ = 0;
   int call_depth_ = 0;
   int line_ = 0;
+  std::vector<std::shared_ptr<ValueDict>> namespaces_;  // every namespace() made (see ~Renderer)
 };
 
 }  // namespace ltm::chat_detail
