@@ -80,8 +80,9 @@ kc::WeightType kernel_type(Precision p) {
 }  // namespace
 
 DeviceBuffer CpuBackend::alloc_weight(int64_t k, int64_t n, Precision p) {
-  // Zeroed, so that pad columns past n read as zero whichever row ranges are written.
-  DeviceBuffer buf = alloc_zeroed(kc::packed_bytes(k, n, kernel_type(p)));
+  // Zeroed, so that pad columns past n read as zero whichever row ranges are written; from the
+  // huge-page slabs (weight_slabs.h), as decode streams all of it every token.
+  DeviceBuffer buf = weight_slabs_.take(kc::packed_bytes(k, n, kernel_type(p)));
   buf.set_precision(p);
   return buf;
 }

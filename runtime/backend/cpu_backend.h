@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/weight_slabs.h"
 
 namespace ltm {
 
@@ -86,6 +87,7 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
 
  private:
   int n_threads_;
+  WeightSlabs weight_slabs_;  // alloc_weight's memory (weight_slabs.h: huge pages)
 };
 
 }  // namespace ltm

@@ -1,0 +1,57 @@
+#include "runtime/backend/weight_slabs.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <new>
+#include <utility>
+
+namespace ltm {
+
+namespace {
+
+// A fresh mapping of `bytes` (a multiple of kHugePage) starting on a kHugePage boundary: map
+// kHugePage more, then unmap the unaligned head and the tail.
+uint8_t* map_aligned(size_t bytes) {
+  constexpr size_t kAlign = WeightSlabs::kHugePage;
+  void* p = mmap(nullptr, bytes + kAlign, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t at = (raw + kAlign - 1) / kAlign * kAlign;
+  if (at > raw) munmap(p, at - raw);
+  if (const size_t tail = raw + bytes + kAlign - (at + bytes); tail > 0)
+    munmap(reinterpret_cast<void*>(at + bytes), tail);
+  // Advice only: where THP is off ("never") the slab is on 4 KiB pages, as before.
+  madvise(reinterpret_cast<void*>(at), bytes, MADV_HUGEPAGE);
+  return reinterpret_cast<uint8_t*>(at);
+}
+
+}  // namespace
+
+DeviceBuffer WeightSlabs::take(size_t bytes) {
+  const size_t need = (bytes + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  auto map_slab = [](size_t size) {
+    uint8_t* base = map_aligned(size);
+    return std::shared_ptr<void>(base, [size](void* q) { munmap(q, size); });
+  };
+  if (need >= kSlabBytes) {  // a slab of its own; the current one goes on taking small pieces
+    std::shared_ptr<void> own = map_slab((need + kHugePage - 1) / kHugePage * kHugePage);
+    void* at = own.get();
+    return DeviceBuffer(at, bytes, std::move(own));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<void> slab = slab_.lock();
+  if (!slab || need > static_cast<size_t>(end_ - next_)) {
+    slab = map_slab(kSlabBytes);
+    slab_ = slab;
+    next_ = static_cast<uint8_t*>(slab.get());
+    end_ = next_ + kSlabBytes;
+  }
+  uint8_t* piece = next_;
+  next_ += need;
+  // The piece keeps its slab mapped (an aliasing owner: the slab's count, the piece's address).
+  return DeviceBuffer(piece, bytes, std::shared_ptr<void>(slab, piece));
+}
+
+}  // namespace ltm

@@ -1,0 +1,103 @@
+// WeightSlabs (runtime/backend/weight_slabs.h): the CPU backend's packed-weight memory.
+#include "runtime/backend/weight_slabs.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ltm {
+namespace {
+
+uintptr_t addr(const DeviceBuffer& b) { return reinterpret_cast<uintptr_t>(b.data()); }
+
+bool mapped(uintptr_t page) {
+  // msync on an unmapped range fails with ENOMEM.
+  return msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+// The VmFlags of the mapping holding `a` in /proc/self/smaps ("" if none).
+std::string vm_flags(uintptr_t a) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(WeightSlabs, PiecesArePageAlignedZeroedAndDisjoint) {
+  WeightSlabs slabs;
+  const std::vector<size_t> sizes = {1, 4096, 4097, 1 << 20, (2 << 20) + 5, 300000, 64};
+  std::vector<DeviceBuffer> pieces;
+  for (size_t s : sizes) pieces.push_back(slabs.take(s));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    ASSERT_EQ(pieces[i].bytes(), sizes[i]);
+    EXPECT_EQ(addr(pieces[i]) % WeightSlabs::kPieceAlign, 0u);
+    const auto* p = static_cast<const unsigned char*>(pieces[i].data());
+    EXPECT_TRUE(std::all_of(p, p + sizes[i], [](unsigned char c) { return c == 0; })) << i;
+    std::memset(pieces[i].data(), static_cast<int>(i + 1), sizes[i]);
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {  // no piece wrote over another
+    const auto* p = static_cast<const unsigned char*>(pieces[i].data());
+    EXPECT_TRUE(std::all_of(p, p + sizes[i], [&](unsigned char c) { return c == i + 1; })) << i;
+  }
+}
+
+TEST(WeightSlabs, SmallPiecesShareA2MiBAlignedHugePageSlab) {
+  WeightSlabs slabs;
+  DeviceBuffer a = slabs.take(1 << 20), b = slabs.take(1 << 20), c = slabs.take(1 << 20);
+  // End to end in one slab, the first at a huge page boundary (a 1.9 MiB tensor alone would
+  // never fill one huge page).
+  EXPECT_EQ(addr(a) % WeightSlabs::kHugePage, 0u);
+  EXPECT_EQ(addr(b), addr(a) + (1 << 20));
+  EXPECT_EQ(addr(c), addr(b) + (1 << 20));
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const std::string flags = vm_flags(addr(a));
+  ASSERT_FALSE(flags.empty());
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << "no MADV_HUGEPAGE: " << flags;
+}
+
+TEST(WeightSlabs, APieceLargerThanASlabHasItsOwnAndTheSharedOneGoesOn) {
+  WeightSlabs slabs;
+  DeviceBuffer small = slabs.take(4096);
+  DeviceBuffer big = slabs.take(WeightSlabs::kSlabBytes + 1);
+  DeviceBuffer next = slabs.take(4096);
+  EXPECT_EQ(addr(big) % WeightSlabs::kHugePage, 0u);
+  EXPECT_EQ(addr(next), addr(small) + 4096);
+  static_cast<unsigned char*>(big.data())[WeightSlabs::kSlabBytes] = 7;  // all of it is there
+}
+
+TEST(WeightSlabs, ASlabIsUnmappedWithItsLastPiece) {
+  WeightSlabs slabs;
+  DeviceBuffer a = slabs.take(4096);
+  DeviceBuffer b = slabs.take(8192);
+  const uintptr_t at = addr(a);
+  std::memset(a.data(), 0xff, 4096);
+  a = DeviceBuffer();
+  EXPECT_TRUE(mapped(at));  // b still holds the slab
+  b = DeviceBuffer();
+  EXPECT_FALSE(mapped(at));
+  DeviceBuffer c = slabs.take(4096);  // a fresh slab, zeroed
+  const auto* p = static_cast<const unsigned char*>(c.data());
+  EXPECT_TRUE(std::all_of(p, p + 4096, [](unsigned char x) { return x == 0; }));
+}
+
+}  // namespace
+}  // namespace ltm
