@@ -2,6 +2,7 @@
 // syntax tree the parser builds and the renderer walks.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -27,6 +28,13 @@ struct Callable {
   const Stmt* macro = nullptr;        // kMacro
 };
 
+// How deep lists and dicts may nest (JSON from a request: from_json's own 128). Past it a render
+// fails: every walk over a value (repr, ==, <, tojson, and the destructor of a chain of lists)
+// recurses once a level, and a template that builds `{% set ns.x = [ns.x] %}` in a loop would
+// otherwise overflow the stack of the thread that renders it.
+constexpr uint32_t kMaxValueDepth = 256;
+[[noreturn]] void value_too_deep();  // throws TemplateError kLimit (template_values.cpp)
+
 // A Jinja value. Strings, lists and dicts are shared and immutable (transformers renders in an
 // immutable sandbox); a namespace() is shared and mutable.
 struct Value {
@@ -44,6 +52,10 @@ struct Value {
   };
   Kind kind = Kind::kUndefined;
   bool boolean = false;
+  // Lists and dicts: 1 + their deepest element's depth (<= kMaxValueDepth). A namespace counts
+  // 0: it is mutable, and the renderer holds every namespace to the render's end (so a chain of
+  // them is never destroyed recursively); repr() bounds its own walk through them.
+  uint32_t depth = 0;
   int64_t integer = 0;
   double number = 0;
   std::shared_ptr<const std::string> str;  // kString; kUndefined: the name, for messages
@@ -89,12 +101,16 @@ struct Value {
   static Value of_list(ValueList l) {
     Value v;
     v.kind = Kind::kList;
+    for (const Value& e : l) v.depth = std::max(v.depth, e.depth);
+    if (++v.depth > kMaxValueDepth) value_too_deep();
     v.list = std::make_shared<const ValueList>(std::move(l));
     return v;
   }
   static Value of_dict(ValueDict d) {
     Value v;
     v.kind = Kind::kDict;
+    for (const auto& kv : d) v.depth = std::max(v.depth, kv.second.depth);
+    if (++v.depth > kMaxValueDepth) value_too_deep();
     v.dict = std::make_shared<const ValueDict>(std::move(d));
     return v;
   }

@@ -53,6 +53,8 @@ class Renderer {
 
   std::string run(const Body& body) {
     out_ = &result_;
+    WalkBudget walks{&steps_, limits_.max_steps, limits_.max_alloc_bytes};
+    WalkBudgetScope scope(&walks);
     exec(body);
     return std::move(result_);
   }

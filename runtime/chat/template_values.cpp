@@ -12,6 +12,41 @@ namespace ltm::chat_detail {
 
 using K = Value::Kind;
 
+namespace {
+
+thread_local WalkBudget* walk_budget = nullptr;
+
+void walk_step() {
+  WalkBudget* b = walk_budget;
+  if (b != nullptr && ++*b->steps > b->max_steps) {
+    throw TemplateError(TemplateError::Kind::kLimit,
+                        absl::StrCat("chat template: the render took more than ", b->max_steps,
+                                     " steps (limit)"));
+  }
+}
+
+void walk_wrote(const std::string& out) {
+  WalkBudget* b = walk_budget;
+  if (b != nullptr && static_cast<int64_t>(out.size()) > b->max_bytes) {
+    throw TemplateError(TemplateError::Kind::kLimit,
+                        absl::StrCat("chat template: the render made more than ", b->max_bytes,
+                                     " bytes of values (limit)"));
+  }
+}
+
+}  // namespace
+
+WalkBudgetScope::WalkBudgetScope(WalkBudget* budget) : saved_(walk_budget) {
+  walk_budget = budget;
+}
+WalkBudgetScope::~WalkBudgetScope() { walk_budget = saved_; }
+
+void value_too_deep() {
+  throw TemplateError(TemplateError::Kind::kLimit,
+                      absl::StrCat("chat template: values nest more than ", kMaxValueDepth,
+                                   " deep (limit)"));
+}
+
 Value from_json(const nlohmann::ordered_json& j, int max_depth) {
   if (max_depth <= 0) {
     throw TemplateError(TemplateError::Kind::kLimit, "chat template: context nests too deeply");
@@ -177,6 +212,8 @@ void json_string(std::string& out, const std::string& s) {
 }
 
 void json_value(std::string& out, const Value& v, const JsonStyle& st, int level) {
+  walk_step();
+  walk_wrote(out);
   const auto newline = [&](int lvl) {
     if (!st.has_indent) return;
     out += '\n';
@@ -242,31 +279,50 @@ void json_value(std::string& out, const Value& v, const JsonStyle& st, int level
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+
+// repr at `level` levels down: lists and dicts are at most kMaxValueDepth deep by construction,
+// but namespaces can hold each other, in a chain or a cycle (`{% set ns.a = ns %}`): the walk
+// stops there. (Python prints a cycle as `{...}`; a template that prints one gets an error.)
+void repr_into(std::string& out, const Value& v, uint32_t level) {
+  if (level > kMaxValueDepth) value_too_deep();
+  walk_step();
+  walk_wrote(out);
   switch (v.kind) {
-    case K::kString: return repr_string(*v.str);
-    case K::kList: {
-      std::string out = "[";
+    case K::kString: out += repr_string(*v.str); return;
+    case K::kList:
+      out += '[';
       for (size_t i = 0; i < v.list->size(); ++i) {
         if (i > 0) out += ", ";
-        out += repr((*v.list)[i]);
+        repr_into(out, (*v.list)[i], level + 1);
       }
-      return out + "]";
-    }
-    case K::kDict: {
-      std::string out = "{";
-      for (size_t i = 0; i < v.dict->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += repr_string((*v.dict)[i].first) + ": " + repr((*v.dict)[i].second);
-      }
-      return out + "}";
-    }
+      out += ']';
+      return;
+    case K::kDict:
     case K::kNamespace: {
-      Value d = Value::of_dict(*v.ns);
-      return "<Namespace " + repr(d) + ">";
+      const ValueDict& d = v.is(K::kDict) ? *v.dict : *v.ns;
+      if (v.is(K::kNamespace)) out += "<Namespace ";
+      out += '{';
+      for (size_t i = 0; i < d.size(); ++i) {
+        if (i > 0) out += ", ";
+        out += repr_string(d[i].first);
+        out += ": ";
+        repr_into(out, d[i].second, level + 1);
+      }
+      out += '}';
+      if (v.is(K::kNamespace)) out += '>';
+      return;
     }
-    default: return to_str(v);
+    default: out += to_str(v); return;
   }
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  return out;
 }
 
 std::string to_str(const Value& v) {
@@ -283,6 +339,7 @@ std::string to_str(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  walk_step();
   if (a.is_number() && b.is_number()) {
     if (a.kind != K::kFloat && b.kind != K::kFloat) {
       const int64_t x = a.kind == K::kBool ? a.boolean : a.integer;
@@ -316,6 +373,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less(const Value& a, const Value& b) {
+  walk_step();
   if (a.is_number() && b.is_number()) {
     if (a.kind != K::kFloat && b.kind != K::kFloat) {
       return (a.kind == K::kBool ? a.boolean : a.integer) <

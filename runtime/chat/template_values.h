@@ -12,6 +12,27 @@
 
 namespace ltm::chat_detail {
 
+// The budget of the walks over values (repr, str, ==, <, json.dumps) on this thread while a
+// render runs (Renderer::run installs it): lists are immutable but may share elements, so a list
+// 256 deep can hold 2^256 paths, and a walk must count its work and output, not trust the
+// values' size. Each element visited is a step of the render's own count; a walk's output
+// past `max_bytes` is a limit error as well. Without one installed, walks are unbounded.
+struct WalkBudget {
+  int64_t* steps;     // the render's step count, advanced by the walks
+  int64_t max_steps;  // its limit
+  int64_t max_bytes;  // the most one walk may write
+};
+class WalkBudgetScope {
+ public:
+  explicit WalkBudgetScope(WalkBudget* budget);
+  ~WalkBudgetScope();
+  WalkBudgetScope(const WalkBudgetScope&) = delete;
+  WalkBudgetScope& operator=(const WalkBudgetScope&) = delete;
+
+ private:
+  WalkBudget* saved_;
+};
+
 // Converts JSON (keys in order) to a value; throws TemplateError past `max_depth` nesting.
 Value from_json(const nlohmann::ordered_json& j, int max_depth = 128);
 

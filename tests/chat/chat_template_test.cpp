@@ -199,6 +199,38 @@ TEST(ChatTemplateRender, LimitsStopRunawayTemplates) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
 }
 
+// Values that refer to themselves or share their parts: fuzz findings (a namespace holding a
+// tuple that holds it took the renderer's stack in repr). Each is a clean limit error; default
+// limits, as a server renders with.
+TEST(ChatTemplateRender, SelfReferenceDeepNestingAndSharedPartsAreBounded) {
+  const std::string ns = "{% set ns = namespace(a=1, x=[]) %}";
+  // A namespace in itself, printed (directly, through a tuple, twice a level).
+  for (const std::string src : {ns + "{% set ns.a = ns %}{{ ns }}",
+                                ns + "{% set ns.a = ns, 1 %}{{ ns }}",
+                                ns + "{% set ns.a = ns %}{% set ns.b = ns %}{{ ns }}",
+                                ns + "{% set ns.a = [ns] %}{{ ns | string | length }}"}) {
+    const absl::Status s = render_error(src);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << src << " -> " << s;
+  }
+  // A list nested 100,000 deep (freeing it recursed once a level).
+  absl::Status s =
+      render_error(ns + "{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(std::string(s.message()).find("nest more than 256 deep"), std::string::npos) << s;
+  // 200 levels of a list holding its predecessor twice: 2^200 paths for ==, repr and tojson.
+  const std::string dag =
+      ns + "{% for i in range(200) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}";
+  for (const std::string use : {"{{ ns.x }}", "{{ ns.x == ns.x }}", "{{ ns.x | tojson }}",
+                                "{{ ns.x < ns.x }}", "{{ ns.x in [ns.x] }}"}) {
+    s = render_error(dag + use);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << use << " -> " << s;
+  }
+  // Within the limits all of it still works as Python does.
+  EXPECT_EQ(render_ok(ns + "{% set ns.x = [ns.x, [1, 'a']] %}{{ ns.x }} {{ ns.x == ns.x }}"),
+            "[[], [1, 'a']] True");
+  EXPECT_EQ(render_ok("{% set n = namespace(a=1) %}{{ n }}"), "<Namespace {'a': 1}>");
+}
+
 TEST(ChatTemplateRender, ParsedOnceRenderedOnManyThreads) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::parse(
       "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}\n{% endfor %}"
