@@ -451,18 +451,26 @@ void column_masks(int64_t cols, __m256i* mk) {
 // C (the call's beta for the first chunk, 1 after), so a decode row keeps the bits of the same
 // row in a larger step. Measured (forced AVX2 on the Xeon, fp32, 2 threads, GPT-2-124M shapes,
 // weights from memory, alternating): 1.3-1.45x the one-stream tile; turns of 1, 2 or 4 rows
-// alike, 8 and more rows worse, prefetching 8 rows ahead better than none, 16 or 32.
+// alike, 8 and more rows worse, prefetching 8 rows ahead better than none, 16 or 32. 16-bit
+// weights are prefetched only 512 bytes ahead (two bf16 pair rows) with prefetchnta, the streams
+// left to the hardware prefetchers: 5% faster in bf16 decode than 2048 bytes into L1 on an AMD
+// EPYC Zen 4 (docs/benchmarks.md, "Short non-temporal prefetch in the decode gemvs"); fp32 was
+// even there, so it keeps the Xeon's setting.
 #ifndef PG_AVX2_GEMV_TURN_BYTES
 #define PG_AVX2_GEMV_TURN_BYTES 512
 #endif
 #ifndef PG_AVX2_GEMV_AHEAD_BYTES
 #define PG_AVX2_GEMV_AHEAD_BYTES 2048
 #endif
+#ifndef PG_AVX2_GEMV_AHEAD_BYTES_16
+#define PG_AVX2_GEMV_AHEAD_BYTES_16 512
+#endif
 namespace ltm::kernels::cpu::avx2 {
 namespace {
 
 constexpr int64_t kTurnBytes = PG_AVX2_GEMV_TURN_BYTES;    // of a panel per turn
-constexpr int64_t kAheadBytes = PG_AVX2_GEMV_AHEAD_BYTES;  // prefetched ahead per stream
+constexpr int64_t kAheadBytes = PG_AVX2_GEMV_AHEAD_BYTES;  // prefetched ahead per stream, fp32
+constexpr int64_t kAheadBytes16 = PG_AVX2_GEMV_AHEAD_BYTES_16;  // and 16-bit (non-temporal)
 
 // kType: 0 fp32, 1 bf16 (a unit is a pair row), 2 fp16; a unit is one panel row otherwise.
 // R rows of A (1 or 2, k apart; C's rows ldc apart): the R x 8 accumulators of a panel do not fit
@@ -474,7 +482,8 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
   constexpr int64_t kUnitRows = kType == 1 ? 2 : 1;
   constexpr int64_t kUnitBytes = kWidth * (kType == 0 ? 4 : 2) * kUnitRows;
   constexpr int64_t kTurn = kTurnBytes / kUnitBytes > 0 ? kTurnBytes / kUnitBytes : 1;
-  constexpr int64_t kAhead = kAheadBytes / kUnitBytes;
+  constexpr int64_t kAhead = (kType == 0 ? kAheadBytes : kAheadBytes16) / kUnitBytes;
+  constexpr int kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;
   static_assert(kKChunk % 2 == 0, "bf16 pair rows must not straddle a chunk");
   const int64_t units = (k + kUnitRows - 1) / kUnitRows;
   const int64_t panel_bytes = units * kUnitBytes;
@@ -504,7 +513,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
             if (h == 0 && u + kAhead < units) {
 #pragma GCC unroll 4
               for (int64_t line = 0; line < kUnitBytes; line += 64)
-                _mm_prefetch(row + kAhead * kUnitBytes + line, _MM_HINT_T0);
+                _mm_prefetch(row + kAhead * kUnitBytes + line, static_cast<_mm_hint>(kHint));
             }
             if constexpr (kType == 1) {
               __m256 x[R];
