@@ -11,6 +11,8 @@
 
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include <cstring>
 
 #include "kernels/cpu/int8_kernels.h"
