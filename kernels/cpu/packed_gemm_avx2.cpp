@@ -453,9 +453,9 @@ void column_masks(int64_t cols, __m256i* mk) {
 // weights from memory, alternating): 1.3-1.45x the one-stream tile; turns of 1, 2 or 4 rows
 // alike, 8 and more rows worse, prefetching 8 rows ahead better than none, 16 or 32. 16-bit
 // weights are prefetched only 512 bytes ahead (two bf16 pair rows) with prefetchnta, the streams
-// left to the hardware prefetchers: 5% faster in bf16 decode than 2048 bytes into L1 on an AMD
-// EPYC Zen 4 (docs/benchmarks.md, "Short non-temporal prefetch in the decode gemvs"); fp32 was
-// even there, so it keeps the Xeon's setting.
+// left to the hardware prefetchers: 3-5% faster in bf16 decode than 2048 bytes into L1 on an AMD
+// EPYC Zen 4, 10% in fp16 (docs/benchmarks.md, "Short non-temporal prefetch and paired panels in
+// the decode gemvs"); fp32 was even there, so it keeps the Xeon's setting.
 #ifndef PG_AVX2_GEMV_TURN_BYTES
 #define PG_AVX2_GEMV_TURN_BYTES 512
 #endif

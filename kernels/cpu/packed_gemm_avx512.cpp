@@ -312,9 +312,9 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
   constexpr int64_t kBytes = kType == 0 ? 4 : 2;
   // Panel rows prefetched ahead per stream. fp32: 16 rows into L1. 16-bit: two rows (one bf16
   // pair row) with prefetchnta, just ahead of the loads, the streams left to the hardware
-  // prefetchers; on an AMD EPYC Zen 4 that measured 4-7% faster in bf16 decode than 16 rows into
-  // L1, and 6% slower for fp32 (docs/benchmarks.md, "Short non-temporal prefetch in the decode
-  // gemvs").
+  // prefetchers; on an AMD EPYC Zen 4 that measured 1.13-1.18x in bf16 decode and 1.27x in fp16
+  // against 16 rows into L1, and 0.94x for fp32 (docs/benchmarks.md, "Short non-temporal
+  // prefetch and paired panels in the decode gemvs").
   constexpr int64_t kAhead = kType == 0 ? 16 : 2;
   constexpr int kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;
   const char* base = static_cast<const char*>(panels);
