@@ -483,7 +483,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
   constexpr int64_t kUnitBytes = kWidth * (kType == 0 ? 4 : 2) * kUnitRows;
   constexpr int64_t kTurn = kTurnBytes / kUnitBytes > 0 ? kTurnBytes / kUnitBytes : 1;
   constexpr int64_t kAhead = (kType == 0 ? kAheadBytes : kAheadBytes16) / kUnitBytes;
-  constexpr int kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;
+  constexpr auto kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;  // enum (GCC) or int (clang)
   static_assert(kKChunk % 2 == 0, "bf16 pair rows must not straddle a chunk");
   const int64_t units = (k + kUnitRows - 1) / kUnitRows;
   const int64_t panel_bytes = units * kUnitBytes;
@@ -513,7 +513,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
             if (h == 0 && u + kAhead < units) {
 #pragma GCC unroll 4
               for (int64_t line = 0; line < kUnitBytes; line += 64)
-                _mm_prefetch(row + kAhead * kUnitBytes + line, static_cast<_mm_hint>(kHint));
+                _mm_prefetch(row + kAhead * kUnitBytes + line, kHint);
             }
             if constexpr (kType == 1) {
               __m256 x[R];

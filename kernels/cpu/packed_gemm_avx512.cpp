@@ -316,7 +316,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
   // against 16 rows into L1, and 0.94x for fp32 (docs/benchmarks.md, "Short non-temporal
   // prefetch and paired panels in the decode gemvs").
   constexpr int64_t kAhead = kType == 0 ? 16 : 2;
-  constexpr int kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;
+  constexpr auto kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;  // enum (GCC) or int (clang)
   const char* base = static_cast<const char*>(panels);
   const int64_t panel_bytes = (kType == 1 ? (k + 1) / 2 * 2 : k) * kWidth * kBytes;
   __m512 acc[S][4];
@@ -354,7 +354,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
         if (q + kAhead / 2 < pairs) {
 #pragma GCC unroll 4
           for (int64_t line = 0; line < kPairBytes; line += 64)
-            _mm_prefetch(row + kAhead / 2 * kPairBytes + line, static_cast<_mm_hint>(kHint));
+            _mm_prefetch(row + kAhead / 2 * kPairBytes + line, kHint);
         }
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v) {
@@ -382,7 +382,7 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t k, int64_t col
         if (p + kAhead < k) {
 #pragma GCC unroll 4
           for (int64_t line = 0; line < kWidth * kBytes; line += 64)
-            _mm_prefetch(row + kAhead * kWidth * kBytes + line, static_cast<_mm_hint>(kHint));
+            _mm_prefetch(row + kAhead * kWidth * kBytes + line, kHint);
         }
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v)
