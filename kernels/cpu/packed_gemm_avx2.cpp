@@ -94,6 +94,55 @@ template <int R, int V>
   }
 }
 
+#ifndef PG_AVX2_ASM6
+#define PG_AVX2_ASM6 1
+#endif
+// N k steps of the 6 x 16 tile (the compute-bound kernel of batched decode and prefill on this
+// path) as one asm block, the same operations as tile_step<6, 2> in the same order: per step two
+// B loads, then per row a broadcast and its two FMAs. From the intrinsics GCC 12 interleaved the
+// unrolled steps, ran out of the 16 registers and passed one or two accumulators an iteration
+// through the stack (a store and a reload inside their FMA chains) besides register copies; here
+// the 12 accumulators are register operands and ymm12-15 (B, broadcasts) the block's own. Same
+// bits (every FMA is the same, in the same order per accumulator). Measured on the Zen 4 VM (2026-12-05, forced
+// AVX2, m = 32, GPT-2 shapes, tests/kernels/packed_gemm_bench.cpp): one thread with B warm 90-95
+// -> 99-104 GFLOP/s (0.80 -> 0.88 of a core's FMA peak), two threads with B from memory 183-188
+// -> 192-201. a0: row 0 of A at the first step, a3: row 3, ld: A's row stride in bytes, bp: the
+// first step's B row. PG_AVX2_ASM6=0 builds the intrinsics form (for measuring against it).
+#define PG6_ROW(AO, BASE, IDX, REG, C0, C1)                      \
+  "vbroadcastss " AO "(%[" BASE "]" IDX "), %%" REG "\n\t"      \
+  "vfmadd231ps %%ymm14, %%" REG ", %[" C0 "]\n\t"               \
+  "vfmadd231ps %%ymm15, %%" REG ", %[" C1 "]\n\t"
+#define PG6_STEP(AO, BO)                                          \
+  "vmovups " BO "(%[b]), %%ymm14\n\t"                             \
+  "vmovups " BO "+32(%[b]), %%ymm15\n\t"                          \
+  PG6_ROW(AO, "a0", "", "ymm12", "c00", "c01")                    \
+  PG6_ROW(AO, "a0", ",%[ld],1", "ymm13", "c10", "c11")            \
+  PG6_ROW(AO, "a0", ",%[ld],2", "ymm12", "c20", "c21")            \
+  PG6_ROW(AO, "a3", "", "ymm13", "c30", "c31")                    \
+  PG6_ROW(AO, "a3", ",%[ld],1", "ymm12", "c40", "c41")            \
+  PG6_ROW(AO, "a3", ",%[ld],2", "ymm13", "c50", "c51")
+template <int64_t N>
+[[gnu::always_inline]] inline void steps6x16(__m256 (&acc)[6][2], const float* a0,
+                                             const float* a3, int64_t ld, const float* bp) {
+  static_assert(N == 1 || N == 4);
+#define PG6_OPERANDS                                                                          \
+  [c00] "+x"(acc[0][0]), [c01] "+x"(acc[0][1]), [c10] "+x"(acc[1][0]), [c11] "+x"(acc[1][1]), \
+      [c20] "+x"(acc[2][0]), [c21] "+x"(acc[2][1]), [c30] "+x"(acc[3][0]),                    \
+      [c31] "+x"(acc[3][1]), [c40] "+x"(acc[4][0]), [c41] "+x"(acc[4][1]),                    \
+      [c50] "+x"(acc[5][0]), [c51] "+x"(acc[5][1])                                            \
+      : [a0] "r"(a0), [a3] "r"(a3), [ld] "r"(ld), [b] "r"(bp)                                 \
+      : "xmm12", "xmm13", "xmm14", "xmm15", "memory"
+  if constexpr (N == 4) {
+    asm(PG6_STEP("0", "0") PG6_STEP("4", "256") PG6_STEP("8", "512") PG6_STEP("12", "768")
+        : PG6_OPERANDS);
+  } else {
+    asm(PG6_STEP("0", "0") : PG6_OPERANDS);
+  }
+#undef PG6_OPERANDS
+}
+#undef PG6_STEP
+#undef PG6_ROW
+
 // k steps a loop iteration in tile(). One step (12 FMAs at 6 x 16) came with ~18 more uops (B
 // loads, broadcasts, the address arithmetic of six rows, the loop and the L2 stream's test), near
 // the ~5 uops a cycle the front end issues, so the FMA ports idled: in L1 (one thread, 6 x 16
@@ -117,9 +166,14 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   const int64_t kp = prefetch && k > kPrefetch ? k - kPrefetch : 0;
+  [[maybe_unused]] const float* a3 = a + 3 * lda;
   [[maybe_unused]] int64_t l2_sum = 0;
   [[maybe_unused]] const char* l2_at = nullptr;
-  if constexpr (kSpread<L2>) l2_at = l2.base;
+  [[maybe_unused]] int64_t l2_lines = 0;  // a copy: the asm's memory clobber would reload l2's
+  if constexpr (kSpread<L2>) {
+    l2_at = l2.base;
+    l2_lines = l2.lines;
+  }
   // Steps [p, p + n): the panel rows kPrefetch ahead of those below kp pulled into L1, the L2
   // stream's share of n steps (over k steps it issues exactly l2.lines prefetches), the FMAs.
   auto steps = [&](int64_t p, auto count) __attribute__((always_inline)) {
@@ -136,15 +190,19 @@ inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t 
       }
     }
     if constexpr (kSpread<L2>) {
-      l2_sum += l2.lines * n;
+      l2_sum += l2_lines * n;
       while (l2_sum >= k) {
         l2_sum -= k;
         _mm_prefetch(l2_at, _MM_HINT_T1);
         l2_at += 64;
       }
     }
+    if constexpr (R == 6 && V == 2 && PG_AVX2_ASM6 && kWidth == 64) {
+      steps6x16<n>(acc, a + p, a3 + p, lda * 4, b + p * kWidth);
+    } else {
 #pragma GCC unroll 8
-    for (int64_t u = 0; u < n; ++u) tile_step<R, V>(acc, a, lda, b + (p + u) * kWidth, p + u);
+      for (int64_t u = 0; u < n; ++u) tile_step<R, V>(acc, a, lda, b + (p + u) * kWidth, p + u);
+    }
   };
   int64_t p = 0;
   for (; p + kUnroll <= k; p += kUnroll) steps(p, StepCount<kUnroll>{});
