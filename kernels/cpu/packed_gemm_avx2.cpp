@@ -103,11 +103,12 @@ template <int R, int V>
 // unrolled steps, ran out of the 16 registers and passed one or two accumulators an iteration
 // through the stack (a store and a reload inside their FMA chains) besides register copies; here
 // the 12 accumulators are register operands and ymm12-15 (B, broadcasts) the block's own. Same
-// bits (every FMA is the same, in the same order per accumulator). Measured on the Zen 4 VM (2026-12-05, forced
-// AVX2, m = 32, GPT-2 shapes, tests/kernels/packed_gemm_bench.cpp): one thread with B warm 90-95
-// -> 99-104 GFLOP/s (0.80 -> 0.88 of a core's FMA peak), two threads with B from memory 183-188
-// -> 192-201. a0: row 0 of A at the first step, a3: row 3, ld: A's row stride in bytes, bp: the
-// first step's B row. PG_AVX2_ASM6=0 builds the intrinsics form (for measuring against it).
+// bits (every FMA is the same, in the same order per accumulator). Measured on the Zen 4 VM
+// (2026-12-05, forced AVX2, m = 32, GPT-2 shapes, tests/kernels/packed_gemm_bench.cpp): one
+// thread with B warm 90-95 -> 99-104 GFLOP/s (0.80 -> 0.88 of a core's FMA peak), two threads
+// with B from memory 183-188 -> 192-201. a0: row 0 of A at the first step, a3: row 3, ld: A's
+// row stride in bytes, bp: the first step's B row. PG_AVX2_ASM6=0 builds the intrinsics form
+// (for measuring against it).
 #define PG6_ROW(AO, BASE, IDX, REG, C0, C1)                      \
   "vbroadcastss " AO "(%[" BASE "]" IDX "), %%" REG "\n\t"      \
   "vfmadd231ps %%ymm14, %%" REG ", %[" C0 "]\n\t"               \
@@ -125,6 +126,7 @@ template <int64_t N>
 [[gnu::always_inline]] inline void steps6x16(__m256 (&acc)[6][2], const float* a0,
                                              const float* a3, int64_t ld, const float* bp) {
   static_assert(N == 1 || N == 4);
+  static_assert(kWidth == 64, "the block's B offsets assume 256-byte panel rows");
 #define PG6_OPERANDS                                                                          \
   [c00] "+x"(acc[0][0]), [c01] "+x"(acc[0][1]), [c10] "+x"(acc[1][0]), [c11] "+x"(acc[1][1]), \
       [c20] "+x"(acc[2][0]), [c21] "+x"(acc[2][1]), [c30] "+x"(acc[3][0]),                    \
@@ -161,8 +163,9 @@ struct StepCount {  // tile()'s steps at a time, as a constant
 // percent of the batched step in the calls' prologues and epilogues (forced AVX2, Zen 4, batch-32
 // decode 1.01-1.06x in 4 alternating rounds, 2026-12-05).
 template <int R, int V, bool kMasked, typename L2 = NoL2>
-[[gnu::always_inline]] inline void tile(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
-                 float beta, const __m256i* mk, bool prefetch, const L2& l2 = {}) {
+[[gnu::always_inline]] inline void tile(const float* a, int64_t lda, const float* b, float* c,
+                                        int64_t ldc, int64_t k, float beta, const __m256i* mk,
+                                        bool prefetch, const L2& l2 = {}) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -200,7 +203,7 @@ template <int R, int V, bool kMasked, typename L2 = NoL2>
         l2_at += 64;
       }
     }
-    if constexpr (R == 6 && V == 2 && PG_AVX2_ASM6 && kWidth == 64) {
+    if constexpr (R == 6 && V == 2 && PG_AVX2_ASM6) {
       steps6x16<n>(acc, a + p, a3 + p, lda * 4, b + p * kWidth);
     } else {
 #pragma GCC unroll 8
@@ -218,8 +221,9 @@ template <int R, int V, bool kMasked, typename L2 = NoL2>
 // the next chunk (l2). A group with no share (one group: decode) runs the tile without the
 // stream's test per step.
 template <int R, int V, bool kMasked, typename L2>
-[[gnu::always_inline]] inline void strips(const float* a, int64_t lda, const float* b, float* c, int64_t ldc, int64_t k,
-                   float beta, const __m256i* mk, int64_t cols, bool prefetch, const L2& l2) {
+[[gnu::always_inline]] inline void strips(const float* a, int64_t lda, const float* b, float* c,
+                                          int64_t ldc, int64_t k, float beta, const __m256i* mk,
+                                          int64_t cols, bool prefetch, const L2& l2) {
   // A full panel's strip count is a constant, so that the share below is a shift.
   const int64_t n_strips = kMasked ? (cols + 8 * V - 1) / (8 * V) : kWidth / (8 * V);
   // Each strip takes an even part of the group's lines, spread over its k steps.
