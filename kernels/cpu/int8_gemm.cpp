@@ -1,6 +1,9 @@
 #include "kernels/cpu/int8_gemm.h"
 
 #include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm.h"  // blas_threads
@@ -110,6 +115,38 @@ QuantizeFn quantize_kernel() {
     default: return quantize_row_portable;
   }
 }
+
+#ifdef LTM_CPU_X86
+// How many group blocks ahead of the one it reads the decode gemv prefetches (int8_gemv.inc):
+// LTM_INT8_PREFETCH_AHEAD=0|1 (for measuring; another value is named in a warning and ignored),
+// else 1 on AMD family 1Ah (Zen 5) and 0 elsewhere. Measured (docs/benchmarks.md, "int8 decode
+// on the AMD EPYC Zen 5 VM"): on Zen 5, whose memory reads ~75 GB/s here, one block ahead
+// streamed the weights 1.13-1.45x faster in decode than the block being read; on Zen 4 (34-60
+// GB/s) the block being read was the fastest of the forms tried then, and no Intel CPU has been
+// measured with one block ahead. The choice is logged once.
+int64_t int8_gemv_prefetch_ahead() {
+  int64_t ahead = 0;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x68747541u && edx == 0x69746e65u &&
+      ecx == 0x444d4163u && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0) {  // AuthenticAMD
+    const unsigned family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
+    ahead = family >= 0x1a ? 1 : 0;
+  }
+  const char* source = "this CPU";
+  if (const char* e = std::getenv("LTM_INT8_PREFETCH_AHEAD"); e != nullptr && *e != '\0') {
+    const std::string v(e);
+    if (v == "0" || v == "1") {
+      ahead = v == "1" ? 1 : 0;
+      source = "LTM_INT8_PREFETCH_AHEAD";
+    } else {
+      spdlog::warn("LTM_INT8_PREFETCH_AHEAD='{}' ignored: it must be 0 or 1", v);
+    }
+  }
+  spdlog::info("cpu kernels: int8 decode prefetches {} group block{} ahead ({})", ahead,
+               ahead == 1 ? "" : "s", source);
+  return ahead;
+}
+#endif
 
 }  // namespace
 
@@ -277,7 +314,8 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     return !(e != nullptr && std::string(e) == "0");
   }();
   using GemvFn = void (*)(const int8::QuantRows&, const uint8_t*, int64_t, int, float*, int64_t,
-                         float);
+                         float, int64_t);
+  static const int64_t ahead = int8_gemv_prefetch_ahead();
   const GemvFn gemv = kernel == int8::avx512::panel_gemm ? int8::avx512::gemv_panels
                       : kernel == int8::avx2::panel_gemm ? int8::avx2::gemv_panels
                                                          : nullptr;
@@ -287,7 +325,7 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     const int8::QuantRows ar{q, scale, sum, groups};
     for_each_panel_run(panels, nt_max, [&](int64_t j, int np) {
       gemv(ar, w + j * panel_bytes(k), static_cast<int64_t>(panel_bytes(k)), np, c + j * kWidth,
-           std::min(np * kWidth, n - j * kWidth), beta);
+           std::min(np * kWidth, n - j * kWidth), beta, ahead);
     });
     return;
   }

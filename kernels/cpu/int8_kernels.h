@@ -40,16 +40,18 @@ LTM_DECLARE_INT8_QUANTIZE(avx2)
 namespace avx2 {
 // As avx512::gemv_panels below, on AVX2.
 void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
-                 float* c, int64_t cols, float beta);
+                 float* c, int64_t cols, float beta, int64_t ahead_groups);
 }  // namespace avx2
 LTM_DECLARE_INT8_QUANTIZE(avx512)
 LTM_DECLARE_INT8_KERNELS(avx512)  // AVX-512 VNNI
 namespace avx512 {
 // One row of A (decode) times n_panels <= 4 consecutive panels (panel_bytes apart; C gets `cols`
 // <= 64 n_panels columns), streamed together: several sequential reads per core keep the memory
-// system busier than one. One walk for both units (int8_gemv.inc).
+// system busier than one. One walk for both units (int8_gemv.inc). ahead_groups: how many
+// group blocks ahead of the one being read the software prefetch runs (0 or 1; int8_gemm.cpp
+// chooses).
 void gemv_panels(const QuantRows& a, const uint8_t* panels, int64_t panel_bytes, int n_panels,
-                 float* c, int64_t cols, float beta);
+                 float* c, int64_t cols, float beta, int64_t ahead_groups);
 }  // namespace avx512
 // AMX-INT8 (int8_kernels_amx.cpp), outside the ISA table: an addition to the AVX-512 path for
 // prefill-sized m (int8_gemm.cpp says when).
