@@ -119,8 +119,8 @@ QuantizeFn quantize_kernel() {
 #ifdef LTM_CPU_X86
 // How many group blocks ahead of the one it reads the decode gemv prefetches (int8_gemv.inc):
 // LTM_INT8_PREFETCH_AHEAD=0|1 (for measuring; another value is named in a warning and ignored),
-// else 1 on AMD family 1Ah (Zen 5) and 0 elsewhere. Measured (docs/benchmarks.md, "int8 decode
-// on the AMD EPYC Zen 5 VM"): on Zen 5, whose memory reads ~75 GB/s here, one block ahead
+// else 1 on AMD family 1Ah (Zen 5) and 0 elsewhere. Measured (docs/benchmarks.md, "Issue 22 on
+// the AMD EPYC Zen 5 VM"): on Zen 5, whose memory reads ~75 GB/s here, one block ahead
 // streamed the weights 1.13-1.45x faster in decode than the block being read; on Zen 4 (34-60
 // GB/s) the block being read was the fastest of the forms tried then, and no Intel CPU has been
 // measured with one block ahead. The choice is logged once.
