@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/static_for.h"
 
 namespace ltm::kernels::cpu {
 
@@ -22,10 +23,9 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
   const int64_t kv_cols = static_cast<int64_t>(n_kv) * head_dim;
   const int64_t stride = q_cols + 2 * kv_cols;
   // Tokens on every thread (their slots are distinct): each row goes to a cold line of the pool.
-#pragma omp parallel for schedule(static) if (n_tokens >= 8)
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  static_for(n_tokens, n_tokens >= 8, [&](int64_t t) {
     const int64_t slot = slot_mapping[t];
-    if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
+    if (slot < 0) return;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     const float* k = qkv + t * stride + q_cols;
@@ -35,7 +35,7 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
       std::memcpy(k_cache + dst, k + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
       std::memcpy(v_cache + dst, v + static_cast<int64_t>(h) * head_dim, sizeof(float) * head_dim);
     }
-  }
+  });
 }
 
 void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tokens, int n_head,
@@ -54,10 +54,9 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
   const int64_t q_cols = static_cast<int64_t>(n_head) * head_dim;
   const int64_t kv_cols = static_cast<int64_t>(n_kv) * head_dim;
   const int64_t stride = q_cols + 2 * kv_cols;
-#pragma omp parallel for schedule(static) if (n_tokens >= 8)
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  static_for(n_tokens, n_tokens >= 8, [&](int64_t t) {
     const int64_t slot = slot_mapping[t];
-    if (slot < 0) continue;  // a padding row (decode graphs): no token to keep
+    if (slot < 0) return;  // a padding row (decode graphs): no token to keep
     const int64_t block = slot / block_size;
     const int64_t offset = slot % block_size;
     const float* k = qkv + t * stride + q_cols;
@@ -67,7 +66,7 @@ void kv_cache_write(const float* qkv, const int32_t* slot_mapping, int64_t n_tok
       convert(k + static_cast<int64_t>(h) * head_dim, kc + dst, head_dim);
       convert(v + static_cast<int64_t>(h) * head_dim, vc + dst, head_dim);
     }
-  }
+  });
 }
 
 namespace {
@@ -134,10 +133,9 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
                       sizeof(float) * hd);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, keys, hd, scale, qg, hd, k, hd, 0.0f,
                   sc, keys);
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(m) * keys > 32768)
-      for (int i = 0; i < m; ++i) {
-        float* row = sc + static_cast<int64_t>(i) * keys;
-        const int limit = pos0 + r0 + i % rows + 1;  // keys 0 .. limit-1 are visible
+      static_for(m, static_cast<int64_t>(m) * keys > 32768, [&](int64_t i) {
+        float* row = sc + i * keys;
+        const int limit = pos0 + r0 + static_cast<int>(i % rows) + 1;  // keys 0 .. limit-1 seen
         float mx = -std::numeric_limits<float>::infinity();
         for (int p = 0; p < limit; ++p) mx = std::max(mx, row[p]);
         const float sum = kt.exp_shift_sum(row, limit, mx);
@@ -145,7 +143,7 @@ void attend_matrix(const PagedAttentionShape& s, int seq, const float* qkv, cons
 #pragma omp simd
         for (int p = 0; p < limit; ++p) row[p] *= inv;
         std::fill(row + limit, row + keys, 0.0f);
-      }
+      });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, keys, 1.0f, sc, keys, v, hd,
                   0.0f, og, hd);
       for (int j = 0; j < group; ++j)

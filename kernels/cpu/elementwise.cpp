@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/static_for.h"
 
 namespace ltm::kernels::cpu {
 
@@ -13,15 +14,14 @@ void add(float* x, const float* y, int64_t n) {
   constexpr int64_t kBlock = 4096;
   const auto kernel = kernel_table().add;  // outside the parallel region: may throw
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t b = 0; b < blocks; ++b)
+  static_for(blocks, n > 16384, [&](int64_t b) {
     kernel(x + b * kBlock, y + b * kBlock, std::min(kBlock, n - b * kBlock));
+  });
 }
 
 void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {
   const auto kernel = kernel_table().add_bias;
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) kernel(x + r * cols, bias, 1, cols);
+  static_for(rows, rows * cols > 16384, [&](int64_t r) { kernel(x + r * cols, bias, 1, cols); });
 }
 
 void gather_rows(const float* src, const int32_t* rows, float* dst, int64_t n, int64_t d) {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/llama_ops.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/static_for.h"
 #include "kernels/cpu/weight_type.h"
 
 namespace ltm {
@@ -115,15 +116,14 @@ void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t ro
                        int64_t row_end, float* out, int64_t n_tokens, int64_t d) {
   // A column of the packed E^T panels per token (strided reads): on every thread when there are
   // enough tokens, so that the others do not wait for the step thread.
-#pragma omp parallel for schedule(static) if (n_tokens >= 8)
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  kc::static_for(n_tokens, n_tokens >= 8, [&](int64_t t) {
     const int64_t id = ids[t];
     if (id >= row_begin && id < row_end)
       kc::packed_column(table.data(), kernel_type(table.precision()), d, id - row_begin,
                         out + t * d);
     else
       std::memset(out + t * d, 0, sizeof(float) * d);
-  }
+  });
 }
 
 void CpuBackend::lm_head(const float* x, const DeviceBuffer& table, float* logits, int64_t m,

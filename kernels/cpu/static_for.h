@@ -1,0 +1,25 @@
+// static_for(n, parallel, fn): fn(i) for i in [0, n), split statically over OpenMP's threads when
+// `parallel`, else on the calling thread without entering a parallel region.
+//
+// Why not `#pragma omp parallel for if (cond)`: with a false condition libgomp still makes a
+// one-thread team and ends it with a futex wake, a system call: 1.1 us each on the Zen 5 VM
+// (a loop of empty `if (false)` regions, strace: one futex each), and a one-sequence GPT-2 decode
+// step made ~85 of them (the bias, layer norm, GELU and KV-cache writes of one row: see
+// docs/benchmarks.md, "One-row regions without a system call").
+#pragma once
+
+#include <cstdint>
+
+namespace ltm::kernels::cpu {
+
+template <typename Fn>
+void static_for(int64_t n, bool parallel, Fn&& fn) {
+  if (!parallel) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+}  // namespace ltm::kernels::cpu
