@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +14,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/static_for.h"
+#include "kernels/cpu/step_team.h"
 
 namespace ltm::kernels::cpu {
 
@@ -200,31 +202,43 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   // verify step: every head on one thread), so there the heads are dealt out one by one.
   const int n_tiled_seqs = s.n_seqs - static_cast<int>(matrix_seqs.size());
   const int chunk = n_tiled_seqs >= 2 * omp_get_max_threads() ? std::max(1, s.n_head) : 1;
+  const auto attend = [&](const Item& it, float* scores) {
+    switch (s.kv_type) {
+      case WeightType::kF32:
+        kt.attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                       static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out,
+                       scores);
+        break;
+      case WeightType::kBF16:
+        kt.attend_tile_bf16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                            static_cast<const uint16_t*>(k_cache),
+                            static_cast<const uint16_t*>(v_cache), out, scores);
+        break;
+      case WeightType::kF16:
+        kt.attend_tile_f16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
+                           static_cast<const uint16_t*>(k_cache),
+                           static_cast<const uint16_t*>(v_cache), out, scores);
+        break;
+      case WeightType::kInt8: break;  // weights only (see gather_rows_f32)
+    }
+  };
+  const size_t score_floats = static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1);
+  if (in_step_team()) {  // a one-row decode step's team (step_team.h): items in turn, no region
+    std::atomic<int64_t> next{0};
+    auto job = [&](int, int) {
+      static thread_local std::vector<float> scores;
+      if (scores.size() < score_floats) scores.resize(score_floats);
+      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;)
+        attend(items[i], scores.data());
+    };
+    step_team_run(job);
+    return;
+  }
 #pragma omp parallel if (n_items > 1)
   {
-    std::vector<float> scores(static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1));
+    std::vector<float> scores(score_floats);
 #pragma omp for schedule(dynamic, chunk)
-    for (int64_t i = 0; i < n_items; ++i) {
-      const Item& it = items[i];
-      switch (s.kv_type) {
-        case WeightType::kF32:
-          kt.attend_tile(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
-                         static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
-                         out, scores.data());
-          break;
-        case WeightType::kBF16:
-          kt.attend_tile_bf16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
-                              static_cast<const uint16_t*>(k_cache),
-                              static_cast<const uint16_t*>(v_cache), out, scores.data());
-          break;
-        case WeightType::kF16:
-          kt.attend_tile_f16(s, it.seq, it.head, it.row_begin, it.n_rows, qkv,
-                             static_cast<const uint16_t*>(k_cache),
-                             static_cast<const uint16_t*>(v_cache), out, scores.data());
-          break;
-        case WeightType::kInt8: break;  // weights only (see gather_rows_f32)
-      }
-    }
+    for (int64_t i = 0; i < n_items; ++i) attend(items[i], scores.data());
   }
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/cpu/int8_quant.h"
 #include "kernels/cpu/isa_kernels.h"  // split_rows
 #include "kernels/cpu/panel_runs.h"
+#include "kernels/cpu/static_for.h"
 #include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
@@ -272,9 +273,9 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
   float* scale = scale_store.data();
   int32_t* sum = sum_store.data();
   const QuantizeFn quantize = quantize_kernel();
-#pragma omp parallel for schedule(static) num_threads(threads) if (m >= 8)
-  for (int64_t r = 0; r < m; ++r)
+  static_for(m, m >= 8, threads, [&](int64_t r) {
     quantize(a + r * k, k, q + r * kq, scale + r * groups, sum + r * groups);
+  });
   const auto* w = static_cast<const uint8_t*>(packed);
 #ifdef LTM_CPU_X86
   if (m >= kInt8AmxMinRows && kernel == int8::avx512::panel_gemm && int8_amx_enabled()) {

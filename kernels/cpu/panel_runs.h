@@ -6,7 +6,10 @@
 // memory bandwidth for a while.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+
+#include "kernels/cpu/step_team.h"
 
 namespace ltm::kernels::cpu {
 
@@ -30,6 +33,20 @@ PanelRuns panel_runs(int64_t panels, int threads);
 // fn(first panel, panels) for every run, on `threads` threads.
 template <typename Fn>
 void for_each_panel_run(int64_t panels, int threads, Fn fn) {
+  if (in_step_team()) {  // a one-row decode step's team (step_team.h): the same runs, no region
+    const PanelRuns runs = panel_runs(panels, step_team_size());
+    std::atomic<int64_t> next{0};
+    auto job = [&](int, int) {
+      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < runs.count();) {
+        int64_t first;
+        int n;
+        runs.run(i, &first, &n);
+        fn(first, n);
+      }
+    };
+    step_team_run(job);
+    return;
+  }
   const PanelRuns runs = panel_runs(panels, threads);
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (int64_t i = 0; i < runs.count(); ++i) {

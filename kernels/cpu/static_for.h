@@ -22,4 +22,15 @@ void static_for(int64_t n, bool parallel, Fn&& fn) {
   for (int64_t i = 0; i < n; ++i) fn(i);
 }
 
+// The same on `threads` threads when `parallel`.
+template <typename Fn>
+void static_for(int64_t n, bool parallel, int threads, Fn&& fn) {
+  if (!parallel || threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
 }  // namespace ltm::kernels::cpu

@@ -19,6 +19,7 @@
 #include "kernels/cpu/llama_ops.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/static_for.h"
+#include "kernels/cpu/step_team.h"
 #include "kernels/cpu/weight_type.h"
 
 namespace ltm {
@@ -110,6 +111,18 @@ void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t
   LTM_ASSERT(w.bytes() >= kc::packed_bytes(k, n, kernel_type(w.precision())),
              "matmul: weight buffer of ", w.bytes(), " bytes is not a packed [", k, ", ", n, "]");
   kc::packed_gemm(a, w.data(), kernel_type(w.precision()), c, m, n, k, beta);
+}
+
+void CpuBackend::run_one_row_step(const std::function<void()>& step) {
+  static const bool on = [] {
+    const char* e = std::getenv("LTM_STEP_TEAM");
+    return !(e != nullptr && std::string(e) == "0");
+  }();
+  if (on) {
+    kc::run_step_team(n_threads_, step);
+  } else {
+    step();
+  }
 }
 
 void CpuBackend::embed(const int32_t* ids, const DeviceBuffer& table, int64_t row_begin,

@@ -249,8 +249,12 @@ StepOutput Engine::execute(const StepPlan& plan) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
   }
+  // One row (a one-sequence decode): on the backend's one-row path (the CPU backend's step team).
+  const bool one_row = n == 1 && !graph_step_;
   if (graph_step_) {
     graphs_->run(in);  // the stage (and, last, the logits) as its bucket's graph
+  } else if (one_row) {
+    backend_.run_one_row_step([&] { model_.run_stage(in, hidden, cache_); });
   } else {
     model_.run_stage(in, hidden, cache_);
   }
@@ -264,7 +268,13 @@ StepOutput Engine::execute(const StepPlan& plan) {
   const int m = static_cast<int>(in.logit_rows.size());
   if (s.is_last_stage()) {
     std::vector<float> full;
-    out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr, &out.logprobs);
+    if (one_row) {
+      backend_.run_one_row_step([&] {
+        out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr, &out.logprobs);
+      });
+    } else {
+      out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr, &out.logprobs);
+    }
     if (s.tp_rank == 0 && world_rank != 0) {
       CommTimer t(&comm_seconds_);
       comms_.world.post(out.samples.data(), m * sizeof(SampleResult), 0, kTagSamples);
