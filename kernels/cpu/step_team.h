@@ -3,7 +3,7 @@
 // A one-sequence decode step runs ~60 parallel kernels (each layer's four gemvs and its attention,
 // then the logits), each a few to a few tens of microseconds. As OpenMP regions each costs a
 // region start and an end barrier in libgomp, with a futex wake (a system call) in each: ~3 us a
-// region on the Zen 5 VM, about a tenth of an int8 GPT-2-124M token there (docs/benchmarks.md,
+// region on the Zen 5 VM, together ~5% of an int8 GPT-2-124M token there (docs/benchmarks.md,
 // "A step-long team for one-row decode"). run_step_team instead opens one OpenMP region for the
 // whole step: the calling thread runs the step as thread 0, and the others wait in a loop for
 // the kernels it hands out (step_team_run), spinning a while and then sleeping, so that a step
