@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -224,14 +223,11 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   };
   const size_t score_floats = static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1);
   if (in_step_team()) {  // a one-row decode step's team (step_team.h): items in turn, no region
-    std::atomic<int64_t> next{0};
-    auto job = [&](int, int) {
-      static thread_local std::vector<float> scores;
+    step_team_for(n_items, [&](int64_t i) {
+      static thread_local std::vector<float> scores;  // each team thread's own
       if (scores.size() < score_floats) scores.resize(score_floats);
-      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;)
-        attend(items[i], scores.data());
-    };
-    step_team_run(job);
+      attend(items[i], scores.data());
+    });
     return;
   }
 #pragma omp parallel if (n_items > 1)

@@ -273,9 +273,10 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
   float* scale = scale_store.data();
   int32_t* sum = sum_store.data();
   const QuantizeFn quantize = quantize_kernel();
-  static_for(m, m >= 8, threads, [&](int64_t r) {
-    quantize(a + r * k, k, q + r * kq, scale + r * groups, sum + r * groups);
-  });
+  static_for(
+      m, m >= 8,
+      [&](int64_t r) { quantize(a + r * k, k, q + r * kq, scale + r * groups, sum + r * groups); },
+      threads);
   const auto* w = static_cast<const uint8_t*>(packed);
 #ifdef LTM_CPU_X86
   if (m >= kInt8AmxMinRows && kernel == int8::avx512::panel_gemm && int8_amx_enabled()) {

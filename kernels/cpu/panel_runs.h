@@ -6,7 +6,6 @@
 // memory bandwidth for a while.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/cpu/step_team.h"
@@ -35,16 +34,12 @@ template <typename Fn>
 void for_each_panel_run(int64_t panels, int threads, Fn fn) {
   if (in_step_team()) {  // a one-row decode step's team (step_team.h): the same runs, no region
     const PanelRuns runs = panel_runs(panels, step_team_size());
-    std::atomic<int64_t> next{0};
-    auto job = [&](int, int) {
-      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < runs.count();) {
-        int64_t first;
-        int n;
-        runs.run(i, &first, &n);
-        fn(first, n);
-      }
-    };
-    step_team_run(job);
+    step_team_for(runs.count(), [&](int64_t i) {
+      int64_t first;
+      int n;
+      runs.run(i, &first, &n);
+      fn(first, n);
+    });
     return;
   }
   const PanelRuns runs = panel_runs(panels, threads);

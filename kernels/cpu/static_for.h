@@ -8,28 +8,20 @@
 // docs/benchmarks.md, "One-row regions without a system call").
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 
 namespace ltm::kernels::cpu {
 
+// threads: the region's size (0: OpenMP's default).
 template <typename Fn>
-void static_for(int64_t n, bool parallel, Fn&& fn) {
+void static_for(int64_t n, bool parallel, Fn&& fn, int threads = 0) {
   if (!parallel) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) fn(i);
-}
-
-// The same on `threads` threads when `parallel`.
-template <typename Fn>
-void static_for(int64_t n, bool parallel, int threads, Fn&& fn) {
-  if (!parallel || threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
   for (int64_t i = 0; i < n; ++i) fn(i);
 }
 

@@ -117,7 +117,7 @@ void step_team_run(void (*job)(void*, int, int), void* ctx) {
 }
 
 void run_step_team(int threads, const std::function<void()>& step) {
-  if (threads <= 1 || current != nullptr || omp_in_parallel()) {
+  if (threads <= 1 || omp_in_parallel()) {  // inside a step: thread 0 is in its region
     step();
     return;
   }

@@ -15,6 +15,8 @@
 // released and the exception rethrown on the calling thread).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 
 namespace ltm::kernels::cpu {
@@ -36,6 +38,17 @@ void step_team_run(void (*job)(void* ctx, int t, int nt), void* ctx);
 template <typename Fn>
 void step_team_run(Fn& fn) {
   step_team_run([](void* ctx, int t, int nt) { (*static_cast<Fn*>(ctx))(t, nt); }, &fn);
+}
+
+// fn(i) for i in [0, n) on the step's team, each thread taking the next i as it frees up (as
+// OpenMP's schedule(dynamic)). Only while in_step_team().
+template <typename Fn>
+void step_team_for(int64_t n, Fn&& fn) {
+  std::atomic<int64_t> next{0};
+  auto job = [&](int, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+  };
+  step_team_run(job);
 }
 
 }  // namespace ltm::kernels::cpu
