@@ -138,6 +138,9 @@ class Backend {
     fill_zero(buf.data(), bytes);
     return buf;
   }
+  // A KV cache's memory (runtime/model/kv_cache.h), zero-filled. The CPU backend's is on huge
+  // pages (CpuBackend::alloc_kv_cache).
+  virtual DeviceBuffer alloc_kv_cache(size_t bytes) { return alloc_zeroed(bytes); }
   // Weights read from the host. When `host_outlives` and the backend computes in host memory,
   // the buffer may alias `host` (no copy); otherwise it is copied.
   virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;

@@ -61,6 +61,11 @@ DeviceBuffer CpuBackend::alloc_zeroed(size_t bytes) {
   return DeviceBuffer(p, bytes, std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); }));
 }
 
+DeviceBuffer CpuBackend::alloc_kv_cache(size_t bytes) {
+  if (bytes < WeightSlabs::kHugePage) return alloc_zeroed(bytes);
+  return map_huge_pages(bytes);
+}
+
 DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outlives) {
   if (host_outlives) return DeviceBuffer(const_cast<void*>(host), bytes, nullptr);
   DeviceBuffer buf = alloc(bytes);

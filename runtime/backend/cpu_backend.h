@@ -23,6 +23,12 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
 
   DeviceBuffer alloc(size_t bytes) override;
   DeviceBuffer alloc_zeroed(size_t bytes) override;
+  // On 2 MiB pages (weight_slabs.h's map_huge_pages), faulted in as used, as before. A block of
+  // a GPT-2 f32 cache is 4 KiB a head and layer: on 4 KiB pages attention took a TLB miss for
+  // every block of every head it read, and a block's first use a page fault for each (slow on
+  // the paravirtualized cloud VMs). Concurrency-32 serving, GPT-2-124M, forced AVX2, Zen 5 VM:
+  // 1.03-1.11x (docs/benchmarks.md, "The KV cache on huge pages").
+  DeviceBuffer alloc_kv_cache(size_t bytes) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   // Host memory is this backend's device memory: the ops read the host array itself.
   const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }

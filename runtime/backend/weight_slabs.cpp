@@ -29,6 +29,13 @@ uint8_t* map_aligned(size_t bytes) {
 
 }  // namespace
 
+DeviceBuffer map_huge_pages(size_t bytes) {
+  constexpr size_t kPage = WeightSlabs::kHugePage;
+  const size_t size = std::max<size_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
+  uint8_t* base = map_aligned(size);
+  return DeviceBuffer(base, bytes, std::shared_ptr<void>(base, [size](void* q) { munmap(q, size); }));
+}
+
 DeviceBuffer WeightSlabs::take(size_t bytes) {
   const size_t need = (bytes + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
   auto map_slab = [](size_t size) {

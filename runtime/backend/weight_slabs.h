@@ -20,6 +20,11 @@
 
 namespace ltm {
 
+// KV caches (CpuBackend::alloc_kv_cache): a fresh mapping of `bytes` (rounded up to a whole huge
+// page) on a 2 MiB boundary, advised MADV_HUGEPAGE; zero, and nothing resident until touched.
+// Throws std::bad_alloc.
+DeviceBuffer map_huge_pages(size_t bytes);
+
 class WeightSlabs {
  public:
   static constexpr size_t kHugePage = size_t{2} << 20;

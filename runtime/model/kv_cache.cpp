@@ -15,8 +15,8 @@ KvCache::KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local,
                        precision_size(precision);
   for (int64_t l = 0; l < n_layers_local; ++l) {
     // Zeroed so that a stale slot can never hold NaN/Inf that a masked weight of 0 would spread.
-    k_.push_back(backend.alloc_zeroed(bytes));
-    v_.push_back(backend.alloc_zeroed(bytes));
+    k_.push_back(backend.alloc_kv_cache(bytes));
+    v_.push_back(backend.alloc_kv_cache(bytes));
     k_.back().set_precision(precision);
     v_.back().set_precision(precision);
   }

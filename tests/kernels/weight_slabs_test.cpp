@@ -1,4 +1,5 @@
-// WeightSlabs (runtime/backend/weight_slabs.h): the CPU backend's packed-weight memory.
+// WeightSlabs (runtime/backend/weight_slabs.h): the CPU backend's packed-weight memory; and its
+// KV cache memory (map_huge_pages, CpuBackend::alloc_kv_cache).
 #include "runtime/backend/weight_slabs.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "runtime/backend/cpu_backend.h"
 
 namespace ltm {
 namespace {
@@ -97,6 +100,36 @@ TEST(WeightSlabs, ASlabIsUnmappedWithItsLastPiece) {
   DeviceBuffer c = slabs.take(4096);  // a fresh slab, zeroed
   const auto* p = static_cast<const unsigned char*>(c.data());
   EXPECT_TRUE(std::all_of(p, p + 4096, [](unsigned char x) { return x == 0; }));
+}
+
+TEST(KvCacheMemory, TheCpuBackendsCacheIsZeroOnHugePages) {
+  CpuBackend backend(1);
+  const size_t bytes = size_t{8} << 20;  // a layer's K of [256 blocks, 8 heads, 16, 64] f32
+  DeviceBuffer k = backend.alloc_kv_cache(bytes), v = backend.alloc_kv_cache(bytes);
+  for (const DeviceBuffer* b : {&k, &v}) {
+    ASSERT_EQ(b->bytes(), bytes);
+    EXPECT_EQ(addr(*b) % WeightSlabs::kHugePage, 0u);
+    const auto* c = static_cast<const unsigned char*>(b->data());
+    EXPECT_TRUE(std::all_of(c, c + bytes, [](unsigned char x) { return x == 0; }));
+    if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) continue;
+    const std::string flags = vm_flags(addr(*b));
+    ASSERT_FALSE(flags.empty());
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << "no MADV_HUGEPAGE: " << flags;
+  }
+  // One under a huge page: the plain zeroed path.
+  DeviceBuffer small = backend.alloc_kv_cache(4096);
+  const auto* c = static_cast<const unsigned char*>(small.data());
+  EXPECT_TRUE(std::all_of(c, c + 4096, [](unsigned char x) { return x == 0; }));
+}
+
+TEST(KvCacheMemory, MapHugePagesRoundsUpAndKeepsTheAskedSize) {
+  DeviceBuffer b = map_huge_pages(3 << 20);
+  EXPECT_EQ(b.bytes(), size_t{3} << 20);
+  EXPECT_EQ(addr(b) % WeightSlabs::kHugePage, 0u);
+  static_cast<unsigned char*>(b.data())[(4 << 20) - 1] = 1;  // the rounded-up tail is mapped
+  const uintptr_t at = addr(b);
+  b = DeviceBuffer();
+  EXPECT_FALSE(mapped(at));
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include "parallel/communicator.h"
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/model/weight_source.h"
 
@@ -91,6 +93,22 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+// The cache takes its K and V memory through Backend::alloc_kv_cache (the CPU backend's is on
+// huge pages: tests/kernels/weight_slabs_test.cpp), one buffer each a layer.
+TEST(KvCache, TakesItsMemoryThroughAllocKvCache) {
+  struct Counting : CpuBackend {
+    Counting() : CpuBackend(1) {}
+    std::vector<size_t> sizes;
+    DeviceBuffer alloc_kv_cache(size_t bytes) override {
+      sizes.push_back(bytes);
+      return CpuBackend::alloc_kv_cache(bytes);
+    }
+  } backend;
+  KvCache cache(backend, 3, 4, 8, 16, 10, Precision::kF16);
+  EXPECT_EQ(backend.sizes, std::vector<size_t>(6, size_t{10} * 4 * 16 * 8 * 2));
+  EXPECT_EQ(cache.n_blocks(), 10);
 }
 
 TEST(Model, DecodeThroughCacheEqualsFullRecompute) {
