@@ -27,30 +27,30 @@ uint8_t* map_aligned(size_t bytes) {
   return reinterpret_cast<uint8_t*>(at);
 }
 
+// map_aligned(size), owned: the last owner's release unmaps it.
+std::shared_ptr<void> owned_mapping(size_t size) {
+  uint8_t* base = map_aligned(size);
+  return std::shared_ptr<void>(base, [size](void* q) { munmap(q, size); });
+}
+
 }  // namespace
 
 DeviceBuffer map_huge_pages(size_t bytes) {
   constexpr size_t kPage = WeightSlabs::kHugePage;
-  const size_t size = std::max<size_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
-  uint8_t* base = map_aligned(size);
-  return DeviceBuffer(base, bytes, std::shared_ptr<void>(base, [size](void* q) { munmap(q, size); }));
+  std::shared_ptr<void> own =
+      owned_mapping(std::max<size_t>(kPage, (bytes + kPage - 1) / kPage * kPage));
+  void* at = own.get();
+  return DeviceBuffer(at, bytes, std::move(own));
 }
 
 DeviceBuffer WeightSlabs::take(size_t bytes) {
   const size_t need = (bytes + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
-  auto map_slab = [](size_t size) {
-    uint8_t* base = map_aligned(size);
-    return std::shared_ptr<void>(base, [size](void* q) { munmap(q, size); });
-  };
-  if (need >= kSlabBytes) {  // a slab of its own; the current one goes on taking small pieces
-    std::shared_ptr<void> own = map_slab((need + kHugePage - 1) / kHugePage * kHugePage);
-    void* at = own.get();
-    return DeviceBuffer(at, bytes, std::move(own));
-  }
+  // A slab of its own; the current one goes on taking small pieces.
+  if (need >= kSlabBytes) return map_huge_pages(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<void> slab = slab_.lock();
   if (!slab || need > static_cast<size_t>(end_ - next_)) {
-    slab = map_slab(kSlabBytes);
+    slab = owned_mapping(kSlabBytes);
     slab_ = slab;
     next_ = static_cast<uint8_t*>(slab.get());
     end_ = next_ + kSlabBytes;
