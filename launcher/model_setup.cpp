@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -273,12 +274,23 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
     sizing.overhead_bytes = kGpuRuntimeBytes;
   }
   LTM_ASSIGN_OR_RETURN(rs->n_blocks, plan_kv_blocks(sizing));
-  rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
-                                        rs->model->n_kv_head_local(), config.head_dim(),
-                                        o.block_size, rs->n_blocks, rs->kv_precision);
   rs->kv_bytes = static_cast<uint64_t>(rs->n_blocks) *
                  KvCache::block_bytes(rs->model->layers().size(), rs->model->n_kv_head_local(),
                                       config.head_dim(), o.block_size, rs->kv_precision);
+  // --kv-resident on host memory: the whole cache is faulted in below, so it must fit now.
+  const bool kv_resident = o.kv_resident && o.device != "cuda";
+  if (kv_resident)
+    LTM_RETURN_IF_ERROR(check_resident_kv_memory(static_cast<int64_t>(rs->kv_bytes),
+                                                 local_ranks(), available_host_memory()));
+  try {
+    rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
+                                          rs->model->n_kv_head_local(), config.head_dim(),
+                                          o.block_size, rs->n_blocks, rs->kv_precision,
+                                          kv_resident);
+  } catch (const std::exception& e) {  // make_resident: the kernel could not provide it
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache (", rs->kv_bytes,
+                                                     " bytes on this rank): ", e.what()));
+  }
   rs->engine = std::make_unique<Engine>(*rs->model, *rs->backend, *rs->cache,
                                         Comms{rs->world->world(), rs->world->tp(), rs->world->pp(),
                                               *rs->tp_device, *rs->pp_device});

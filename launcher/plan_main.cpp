@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   int32_t block_size = 16;
   double memory_gb = 0, bandwidth_gbs = 0, tflops = 0, tflops16 = 0, link_gbs = 0,
          link_latency_us = -1, network_gbs = 0, network_latency_us = -1, overhead_mb = -1;
-  bool json = false, one_shot = false, list = false;
+  bool json = false, one_shot = false, list = false, kv_resident = false;
   po::options_description desc(
       "usage: ltm-plan --model MODEL (--device KIND | --memory-gb ... ) [--world-size N] [options]\n\n"
       "ltm-plan options");
@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       ("draft-model", po::value(&draft_model), "ltm-worker's --draft-model (with --speculative draft): its folder or config .json")
       ("spec-max-batch", po::value(&spec_max_batch)->default_value(4), "ltm-worker's --spec-max-batch (the draft keeps a context of KV for this many sequences + 1)")
       ("spec-tokens", po::value(&spec_tokens)->default_value(5), "ltm-worker's --spec-tokens (accepted; does not change memory)")
+      ("kv-resident", po::bool_switch(&kv_resident), "ltm-worker's --kv-resident: the CPU KV cache resident from start-up (counted in the start-up figure)")
       ("one-shot", po::bool_switch(&one_shot), "size the KV cache as the one-shot command does (default: as a server)")
       ("memory-gb", po::value(&memory_gb), "device memory, GB (10^9 bytes)")
       ("bandwidth-gbs", po::value(&bandwidth_gbs), "memory read bandwidth, GB/s")
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
   in.kv_memory_mb = kv_memory_mb;
   in.block_size = block_size;
   in.serving = !one_shot;
+  in.kv_resident = kv_resident;
   in.gpu_memory_fraction = gpu_memory_fraction;
   in.max_running = max_running;
   if (kv_memory_mb < 0) return fail("--kv-memory-mb must be >= 0");

@@ -59,6 +59,7 @@ po::options_description describe(WorkerOptions* o) {
       ("collective-timeout", po::value(&o->collective_timeout_s)->default_value(300.0), "seconds before a stuck collective takes the group down")
       ("block-size", po::value(&o->block_size)->default_value(16), "tokens per KV cache block")
       ("kv-memory-mb", po::value(&o->kv_memory_mb)->default_value(0), "KV cache budget per rank in MiB (0: one-shot fits the request; server: 1024 on the CPU, on a GPU --gpu-memory-fraction of what weights, activations and graphs leave)")
+      ("kv-resident", po::bool_switch(&o->kv_resident), "CPU: make the whole KV cache resident at start-up (its pages faulted in, 2 MiB at a time) instead of as sequences first fill it: a host without the memory for it is refused at start-up with the numbers, not found out when the cache fills, and a fresh server's first requests take no page faults (ltm-plan --kv-resident counts it at start-up). No effect on a GPU, whose cache is device memory")
       ("gpu-memory-fraction", po::value(&o->gpu_memory_fraction)->default_value(0.9), "serving on a GPU with no --kv-memory-mb: the share of the device memory left after weights, activations and CUDA graphs that the KV cache takes")
       ("max-batch-tokens", po::value(&o->max_batch_tokens)->default_value(512), "new tokens per step (prefill chunk budget)")
       ("max-running", po::value(&o->max_running)->default_value(64), "sequences decoded together")

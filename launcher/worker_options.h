@@ -43,6 +43,7 @@ struct WorkerOptions {
   int64_t kv_memory_mb = 0;     // 0: one-shot sizes the cache for the request; server: 1024
                                 // on the CPU, on a GPU what is left (gpu_memory_fraction)
   double gpu_memory_fraction = 0.9;  // of the GPU memory left after weights, activations, graphs
+  bool kv_resident = false;     // CPU: the KV cache faulted in at start-up (Backend::make_resident)
   int32_t max_batch_tokens = 512;
   int32_t max_running = 64;
   int32_t micro_batches = 0;   // plans in flight; 0: pp (keeps every pipeline stage busy)

@@ -141,6 +141,11 @@ class Backend {
   // A KV cache's memory (runtime/model/kv_cache.h), zero-filled. The CPU backend's is on huge
   // pages (CpuBackend::alloc_kv_cache).
   virtual DeviceBuffer alloc_kv_cache(size_t bytes) { return alloc_zeroed(bytes); }
+  // Makes `buf`'s memory resident now (ltm-worker --kv-resident): memory that the backend's
+  // allocations fault in as used (the CPU backend's host memory) is faulted in whole; device
+  // memory is resident once allocated (the default: nothing to do). Throws when the memory
+  // cannot be had.
+  virtual void make_resident(const DeviceBuffer& buf) { (void)buf; }
   // Weights read from the host. When `host_outlives` and the backend computes in host memory,
   // the buffer may alias `host` (no copy); otherwise it is copied.
   virtual DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) = 0;

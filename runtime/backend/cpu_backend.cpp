@@ -66,6 +66,10 @@ DeviceBuffer CpuBackend::alloc_kv_cache(size_t bytes) {
   return map_huge_pages(bytes);
 }
 
+void CpuBackend::make_resident(const DeviceBuffer& buf) {
+  populate_pages(buf.data(), buf.bytes());
+}
+
 DeviceBuffer CpuBackend::upload(const void* host, size_t bytes, bool host_outlives) {
   if (host_outlives) return DeviceBuffer(const_cast<void*>(host), bytes, nullptr);
   DeviceBuffer buf = alloc(bytes);

@@ -29,6 +29,8 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
   // the paravirtualized cloud VMs). Concurrency-32 serving, GPT-2-124M, forced AVX2, Zen 5 VM:
   // 1.03-1.11x (docs/benchmarks.md, "The KV cache on huge pages").
   DeviceBuffer alloc_kv_cache(size_t bytes) override;
+  // populate_pages (weight_slabs.h): MADV_POPULATE_WRITE.
+  void make_resident(const DeviceBuffer& buf) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   // Host memory is this backend's device memory: the ops read the host array itself.
   const int32_t* stage_i32(const int32_t* host, size_t, DeviceBuffer&) override { return host; }

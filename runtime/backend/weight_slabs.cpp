@@ -2,9 +2,19 @@
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <utility>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
 
 namespace ltm {
 
@@ -41,6 +51,26 @@ DeviceBuffer map_huge_pages(size_t bytes) {
       owned_mapping(std::max<size_t>(kPage, (bytes + kPage - 1) / kPage * kPage));
   void* at = own.get();
   return DeviceBuffer(at, bytes, std::move(own));
+}
+
+void populate_pages(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return;
+  if (errno == EINVAL) {  // a kernel without MADV_POPULATE_WRITE: touch every page instead
+    // An atomic add of 0 writes each page (faulting it in) without changing what it holds.
+    for (uintptr_t at = begin < reinterpret_cast<uintptr_t>(p) ? begin + page : begin; at < end;
+         at += page)
+      __atomic_fetch_add(reinterpret_cast<unsigned char*>(at), 0, __ATOMIC_RELAXED);
+    if (begin < reinterpret_cast<uintptr_t>(p))
+      __atomic_fetch_add(static_cast<unsigned char*>(p), 0, __ATOMIC_RELAXED);
+    return;
+  }
+  throw std::runtime_error("could not make " + std::to_string(bytes) +
+                           " bytes of memory resident (madvise MADV_POPULATE_WRITE: " +
+                           std::strerror(errno) + ")");
 }
 
 DeviceBuffer WeightSlabs::take(size_t bytes) {

@@ -324,15 +324,16 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       // Rank 0 (stage 0) also holds the draft, when it counts against this memory.
       const int64_t extra = s == 0 ? rank0_extra : 0;
       const int64_t extra_weights = s == 0 && plan.draft_counted ? plan.draft.weight_bytes : 0;
-      sp.resident_at_load_bytes = wb + extra_weights + dev.overhead_bytes;
+      // --kv-resident on host memory: the cache is faulted in at start-up.
+      const int64_t kv_at_load = in.kv_resident && dev.shared_by_ranks ? stage_kv : 0;
+      sp.resident_at_load_bytes = wb + extra_weights + kv_at_load + dev.overhead_bytes;
       if (s == 0)
         lp.rank0_bytes = wb + stage_kv + (plan.has_draft ? plan.draft.total_bytes() : 0);
       lp.weight_bytes_per_rank = std::max(lp.weight_bytes_per_rank, wb);
       lp.kv_bytes_per_token = std::max(lp.kv_bytes_per_token, w.kv_per_token);
       lp.worker_kv_bytes = std::max(lp.worker_kv_bytes, stage_kv);
       lp.resident_bytes = std::max(lp.resident_bytes, wb + stage_kv + extra + dev.overhead_bytes);
-      lp.resident_at_load_bytes =
-          std::max(lp.resident_at_load_bytes, wb + extra_weights + dev.overhead_bytes);
+      lp.resident_at_load_bytes = std::max(lp.resident_at_load_bytes, sp.resident_at_load_bytes);
       lp.flops_per_token = std::max(lp.flops_per_token, sp.flops_per_token);
       const int64_t free_bytes = lp.memory_per_rank - dev.overhead_bytes - wb;
       const int64_t fit = free_bytes - extra > 0 ? (free_bytes - extra) / w.kv_per_token : 0;
@@ -539,9 +540,13 @@ std::string plan_text(const Plan& p) {
                           human_bytes(l.kv_bytes_per_token), static_cast<long long>(l.kv_tokens_fit),
                           static_cast<long long>(l.batch_at_context),
                           static_cast<long long>(p.context), gib(l.memory_per_rank));
-    absl::StrAppendFormat(&s, "  ltm-worker         KV %s (%d blocks); resident ~%s at start-up, ~%s with the cache full\n",
+    absl::StrAppendFormat(&s, "  ltm-worker         KV %s (%d blocks); resident ~%s at start-up%s, ~%s with the cache full\n",
                           human_bytes(l.worker_kv_bytes), l.worker_kv_blocks,
-                          gib(l.resident_at_load_bytes), gib(l.resident_bytes));
+                          gib(l.resident_at_load_bytes),
+                          p.input.kv_resident && p.input.device.shared_by_ranks
+                              ? " (the KV cache too: --kv-resident)"
+                              : "",
+                          gib(l.resident_bytes));
     if (p.has_draft)
       absl::StrAppendFormat(&s, "  rank 0 in all      %s: weights %s + KV %s + draft %s (weights %s + KV %s)%s\n",
                             human_bytes(l.rank0_bytes), human_bytes(l.stages[0].weight_bytes),

@@ -87,6 +87,9 @@ struct PlanInput {
   int64_t kv_memory_mb = 0;
   int32_t block_size = 16;
   bool serving = true;
+  // --kv-resident: on a device shared by the ranks (the CPU) the worker's KV cache is resident
+  // from start-up, so resident_at_load_bytes counts it (no effect on a GPU).
+  bool kv_resident = false;
   // On a GPU (a device not shared_by_ranks) the worker's default KV budget (kv_cache.h,
   // gpu_kv_budget_bytes): --gpu-memory-fraction, and --max-running for the activations.
   double gpu_memory_fraction = 0.9;
@@ -106,7 +109,7 @@ struct StagePlan {
   int64_t layers = 0;
   int64_t weight_bytes = 0;          // per rank of this stage
   int64_t worker_kv_bytes = 0;       // what ltm-worker allocates for this stage's layers
-  int64_t resident_at_load_bytes = 0;  // weights + overhead
+  int64_t resident_at_load_bytes = 0;  // weights + overhead (+ the KV cache: kv_resident)
   double flops_per_token = 0;        // per rank, decode at the context
   double decode_compute_s = 0;       // per step, this stage's roofline (no communication)
   double prefill_compute_s = 0;      // per prefill chunk
@@ -129,7 +132,8 @@ struct LayoutPlan {
   int32_t worker_kv_blocks = 0;
   int64_t worker_kv_bytes = 0;       // per rank (the largest stage)
   // Resident memory per rank (largest stage): at start-up, weights + overhead (the KV cache is
-  // allocated but its pages become resident only as sequences fill them); with the worker's
+  // allocated but its pages become resident only as sequences fill them, unless
+  // PlanInput::kv_resident on the CPU: then it is counted too); with the worker's
   // whole KV cache in use, + worker_kv_bytes. On a shared device with a draft, rank 0's figures
   // (stage 0) include the draft's weights (at start-up) and its weights and KV cache (full).
   int64_t resident_at_load_bytes = 0;

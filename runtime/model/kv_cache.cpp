@@ -8,7 +8,7 @@
 namespace ltm {
 
 KvCache::KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local, int64_t head_dim,
-                 int32_t block_size, int32_t n_blocks, Precision precision)
+                 int32_t block_size, int32_t n_blocks, Precision precision, bool resident)
     : block_size_(block_size), n_blocks_(n_blocks), precision_(precision) {
   LTM_ASSERT(block_size > 0 && n_blocks > 0, "block_size ", block_size, " n_blocks ", n_blocks);
   const size_t bytes = static_cast<size_t>(n_blocks) * n_head_local * block_size * head_dim *
@@ -19,6 +19,10 @@ KvCache::KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local,
     v_.push_back(backend.alloc_kv_cache(bytes));
     k_.back().set_precision(precision);
     v_.back().set_precision(precision);
+    if (resident) {  // --kv-resident: the whole cache faulted in now (Backend::make_resident)
+      backend.make_resident(k_.back());
+      backend.make_resident(v_.back());
+    }
   }
 }
 

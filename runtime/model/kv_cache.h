@@ -23,7 +23,8 @@ namespace ltm {
 class KvCache {
  public:
   KvCache(Backend& backend, int64_t n_layers_local, int64_t n_head_local, int64_t head_dim,
-          int32_t block_size, int32_t n_blocks, Precision precision = Precision::kF32);
+          int32_t block_size, int32_t n_blocks, Precision precision = Precision::kF32,
+          bool resident = false);
   void* k(int64_t layer) { return k_[layer].data(); }  // layer: index within this stage
   void* v(int64_t layer) { return v_[layer].data(); }
   int32_t block_size() const { return block_size_; }

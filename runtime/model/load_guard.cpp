@@ -139,4 +139,17 @@ absl::Status check_host_memory(int64_t bytes_per_rank, int ranks_on_host, int64_
       "more hosts or a smaller model"));
 }
 
+absl::Status check_resident_kv_memory(int64_t kv_bytes_per_rank, int ranks_on_host,
+                                      int64_t available) {
+  if (available < 0) return absl::OkStatus();
+  const int64_t need = kv_bytes_per_rank * std::max(1, ranks_on_host);
+  if (need <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--kv-resident: the KV cache needs ", gib(kv_bytes_per_rank), " per rank (",
+      kv_bytes_per_rank, " bytes) x ", ranks_on_host, " rank(s) on this host = ", gib(need),
+      ", but only ", gib(available), " of memory is available (MemAvailable) after the weights; "
+      "lower --kv-memory-mb, run fewer ranks on this host, or leave --kv-resident off (the cache "
+      "then becomes resident as it fills)"));
+}
+
 }  // namespace ltm

@@ -57,5 +57,9 @@ int64_t available_host_memory();
 // ResourceExhausted when `ranks_on_host` ranks of `bytes_per_rank` each exceed `available`
 // (bytes; < 0: unknown, always OK).
 absl::Status check_host_memory(int64_t bytes_per_rank, int ranks_on_host, int64_t available);
+// The same for ltm-worker --kv-resident, after the weights are loaded: ResourceExhausted when
+// `ranks_on_host` KV caches of `kv_bytes_per_rank` exceed `available` (< 0: unknown, OK).
+absl::Status check_resident_kv_memory(int64_t kv_bytes_per_rank, int ranks_on_host,
+                                      int64_t available);
 
 }  // namespace ltm

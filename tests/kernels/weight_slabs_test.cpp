@@ -44,6 +44,29 @@ std::string vm_flags(uintptr_t a) {
   return "";
 }
 
+// The Rss of the mapping holding `a` in /proc/self/smaps, in bytes (-1 if none).
+int64_t rss_bytes(uintptr_t a) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0) {
+      std::istringstream v(line.substr(4));
+      int64_t kb = -1;
+      v >> kb;
+      return kb * 1024;
+    }
+  }
+  return -1;
+}
+
 TEST(WeightSlabs, PiecesArePageAlignedZeroedAndDisjoint) {
   WeightSlabs slabs;
   const std::vector<size_t> sizes = {1, 4096, 4097, 1 << 20, (2 << 20) + 5, 300000, 64};
@@ -120,6 +143,28 @@ TEST(KvCacheMemory, TheCpuBackendsCacheIsZeroOnHugePages) {
   DeviceBuffer small = backend.alloc_kv_cache(4096);
   const auto* c = static_cast<const unsigned char*>(small.data());
   EXPECT_TRUE(std::all_of(c, c + 4096, [](unsigned char x) { return x == 0; }));
+}
+
+// --kv-resident (CpuBackend::make_resident, populate_pages): the cache's memory is resident
+// whole, still zero, and what was written before stays.
+TEST(KvCacheMemory, MakeResidentFaultsTheWholeCacheInAndKeepsItsContents) {
+  CpuBackend backend(1);
+  const size_t bytes = size_t{8} << 20;
+  DeviceBuffer k = backend.alloc_kv_cache(bytes);
+  auto* c = static_cast<unsigned char*>(k.data());
+  c[5 << 20] = 7;  // one page in use before
+  const int64_t before = rss_bytes(addr(k));
+  ASSERT_GE(before, 0);
+  EXPECT_LT(before, static_cast<int64_t>(bytes));  // faulted in as used, so far
+  backend.make_resident(k);
+  EXPECT_GE(rss_bytes(addr(k)), static_cast<int64_t>(bytes));
+  EXPECT_EQ(c[5 << 20], 7);
+  c[5 << 20] = 0;
+  EXPECT_TRUE(std::all_of(c, c + bytes, [](unsigned char x) { return x == 0; }));
+  // A range that starts and ends inside pages, under a huge page.
+  DeviceBuffer small = backend.alloc_kv_cache(3 * 4096);
+  populate_pages(static_cast<unsigned char*>(small.data()) + 100, 2 * 4096);
+  EXPECT_GE(rss_bytes(addr(small)), 3 * 4096);
 }
 
 TEST(KvCacheMemory, MapHugePagesRoundsUpAndKeepsTheAskedSize) {

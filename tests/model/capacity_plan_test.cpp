@@ -300,6 +300,33 @@ TEST(CapacityPlan, WorkerKvCacheFollowsItsSizingPolicy) {
 namespace ltm {
 namespace {
 
+// --kv-resident: on the CPU the worker's KV cache is resident from start-up and the plan counts
+// it there; a GPU's cache is device memory either way.
+TEST(CapacityPlan, AResidentKvCacheIsCountedAtStartUpOnTheCpu) {
+  PlanInput in = gpt3_125m_bf16_on_two_cpu_ranks();
+  const Plan lazy = *make_plan(in);
+  in.kv_resident = true;
+  const Plan resident = *make_plan(in);
+  for (int tp : {1, 2}) {
+    const LayoutPlan& a = layout(lazy, tp, 2 / tp);
+    const LayoutPlan& b = layout(resident, tp, 2 / tp);
+    ASSERT_GT(a.worker_kv_bytes, 0);
+    for (size_t s = 0; s < a.stages.size(); ++s)
+      EXPECT_EQ(b.stages[s].resident_at_load_bytes,
+                a.stages[s].resident_at_load_bytes + a.stages[s].worker_kv_bytes);
+    EXPECT_EQ(b.resident_at_load_bytes, b.resident_bytes);  // full from the start
+    EXPECT_EQ(b.resident_bytes, a.resident_bytes);
+  }
+  EXPECT_NE(plan_text(resident).find("(the KV cache too: --kv-resident)"), std::string::npos);
+  EXPECT_EQ(plan_text(lazy).find("--kv-resident"), std::string::npos);
+  in.device = *find_device("h100-sxm");
+  in.kv_resident = false;
+  const Plan gpu_lazy = *make_plan(in);
+  in.kv_resident = true;
+  const Plan gpu = *make_plan(in);
+  EXPECT_EQ(layout(gpu, 1, 2).resident_at_load_bytes, layout(gpu_lazy, 1, 2).resident_at_load_bytes);
+}
+
 // --speculative draft: rank 0 also holds the draft model (runtime/spec/draft_model.h), its
 // weights and a KV cache with a full context for --spec-max-batch + 1 sequences.
 TEST(CapacityPlan, DraftModelIsCountedOnRankZero) {

@@ -207,5 +207,18 @@ TEST(LoadGuard, TooLargeForMemoryIsRefusedWithTheNumbers) {
   EXPECT_GT(available_host_memory(), 0);
 }
 
+// ltm-worker --kv-resident: the KV caches of the host's ranks against what is left.
+TEST(LoadGuard, AResidentKvCacheThatDoesNotFitIsRefusedWithTheNumbers) {
+  const int64_t gib1 = int64_t{1} << 30;
+  const absl::Status s = check_resident_kv_memory(3 * gib1, 4, 10 * gib1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--kv-resident"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("3.00 GiB per rank"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("4 rank(s) on this host = 12.00 GiB"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("10.00 GiB of memory is available"));
+  EXPECT_TRUE(check_resident_kv_memory(3 * gib1, 3, 10 * gib1).ok());
+  EXPECT_TRUE(check_resident_kv_memory(3 * gib1, 4, -1).ok());  // unknown: not refused
+}
+
 }  // namespace
 }  // namespace ltm

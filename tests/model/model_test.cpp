@@ -101,14 +101,29 @@ TEST(KvCache, TakesItsMemoryThroughAllocKvCache) {
   struct Counting : CpuBackend {
     Counting() : CpuBackend(1) {}
     std::vector<size_t> sizes;
+    std::vector<const void*> taken, made_resident;
     DeviceBuffer alloc_kv_cache(size_t bytes) override {
       sizes.push_back(bytes);
-      return CpuBackend::alloc_kv_cache(bytes);
+      DeviceBuffer b = CpuBackend::alloc_kv_cache(bytes);
+      taken.push_back(b.data());
+      return b;
+    }
+    void make_resident(const DeviceBuffer& b) override {
+      made_resident.push_back(b.data());
+      CpuBackend::make_resident(b);
     }
   } backend;
-  KvCache cache(backend, 3, 4, 8, 16, 10, Precision::kF16);
-  EXPECT_EQ(backend.sizes, std::vector<size_t>(6, size_t{10} * 4 * 16 * 8 * 2));
-  EXPECT_EQ(cache.n_blocks(), 10);
+  {
+    KvCache cache(backend, 3, 4, 8, 16, 10, Precision::kF16);
+    EXPECT_EQ(backend.sizes, std::vector<size_t>(6, size_t{10} * 4 * 16 * 8 * 2));
+    EXPECT_EQ(cache.n_blocks(), 10);
+    EXPECT_TRUE(backend.made_resident.empty());  // faulted in as used, by default
+  }
+  // --kv-resident: every buffer it took is made resident.
+  backend.taken.clear();
+  KvCache resident(backend, 3, 4, 8, 16, 10, Precision::kF16, /*resident=*/true);
+  EXPECT_EQ(backend.made_resident, backend.taken);
+  EXPECT_EQ(backend.taken.size(), 6u);
 }
 
 TEST(Model, DecodeThroughCacheEqualsFullRecompute) {

@@ -34,13 +34,18 @@ def within(got, want, tolerance=0.05):
     return abs(got - want) <= tolerance * want
 
 
-@pytest.mark.parametrize("tp,pp,dtype", [(2, 1, "bf16"), (1, 2, "bf16"), (2, 1, "int8")])
-def test_plan_matches_the_workers_memory_report(tp, pp, dtype):
+# The last case: --kv-resident on both, so the worker's start-up memory holds the whole KV cache
+# (one context, ~19 MB a rank in f32: more than the 5% tolerance of its resident memory).
+@pytest.mark.parametrize("tp,pp,dtype,resident", [(2, 1, "bf16", False), (1, 2, "bf16", False),
+                                                  (2, 1, "int8", False), (2, 1, "f32", True)])
+def test_plan_matches_the_workers_memory_report(tp, pp, dtype, resident):
+    flags = ["--kv-resident"] if resident else []
     expected = plan_json("--model", MODEL, "--device", "cpu", "-n", 2, "--weight-dtype", dtype,
-                         "--one-shot")
+                         "--one-shot", *flags)
     layout = next(l for l in expected["layouts"] if l["tp"] == tp and l["pp"] == pp)
     out = generate_json(MODEL, prompt_ids=[1, 2, 3], max_new_tokens=2, ranks=2,
-                        extra=["--tp", tp, "--pp", pp, "--weight-dtype", dtype, "--threads", "1"])
+                        extra=["--tp", tp, "--pp", pp, "--weight-dtype", dtype, "--threads", "1",
+                               *flags])
     ranks = out["memory_per_rank_at_load"]
     assert len(ranks) == 2
     for rank, got in enumerate(ranks):
