@@ -26,8 +26,8 @@ bool mapped(uintptr_t page) {
   return msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) == 0 || errno != ENOMEM;
 }
 
-// The VmFlags of the mapping holding `a` in /proc/self/smaps ("" if none).
-std::string vm_flags(uintptr_t a) {
+// The line of the mapping holding `a` in /proc/self/smaps that starts with `key` ("" if none).
+std::string smaps_line(uintptr_t a, const std::string& key) {
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
   bool inside = false;
@@ -39,32 +39,20 @@ std::string vm_flags(uintptr_t a) {
       inside = a >= lo && a < hi;
       continue;
     }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+    if (inside && line.rfind(key, 0) == 0) return line;
   }
   return "";
 }
 
-// The Rss of the mapping holding `a` in /proc/self/smaps, in bytes (-1 if none).
+// Its VmFlags line, and its Rss in bytes (-1 if none).
+std::string vm_flags(uintptr_t a) { return smaps_line(a, "VmFlags:"); }
 int64_t rss_bytes(uintptr_t a) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = a >= lo && a < hi;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) {
-      std::istringstream v(line.substr(4));
-      int64_t kb = -1;
-      v >> kb;
-      return kb * 1024;
-    }
-  }
-  return -1;
+  const std::string line = smaps_line(a, "Rss:");
+  if (line.empty()) return -1;
+  std::istringstream v(line.substr(4));
+  int64_t kb = -1;
+  v >> kb;
+  return kb * 1024;
 }
 
 TEST(WeightSlabs, PiecesArePageAlignedZeroedAndDisjoint) {
