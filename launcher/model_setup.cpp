@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -277,11 +278,24 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
   rs->kv_bytes = static_cast<uint64_t>(rs->n_blocks) *
                  KvCache::block_bytes(rs->model->layers().size(), rs->model->n_kv_head_local(),
                                       config.head_dim(), o.block_size, rs->kv_precision);
-  // --kv-resident on host memory: the whole cache is faulted in below, so it must fit now.
+  // --kv-resident on host memory: the whole cache is faulted in below, so it must fit now. Every
+  // rank checks once all have loaded their weights and before any cache is resident (a rank's
+  // resident cache would count against the others' MemAvailable twice), and none goes on unless
+  // all passed.
   const bool kv_resident = o.kv_resident && o.device != "cuda";
-  if (kv_resident)
-    LTM_RETURN_IF_ERROR(check_resident_kv_memory(static_cast<int64_t>(rs->kv_bytes),
-                                                 local_ranks(), available_host_memory()));
+  if (kv_resident) {
+    rs->world->world().barrier();
+    const absl::Status fits = check_resident_kv_memory(
+        static_cast<int64_t>(rs->kv_bytes), local_ranks(), available_host_memory());
+    const uint8_t mine = fits.ok() ? 1 : 0;
+    std::vector<uint8_t> all(rs->world->size());
+    rs->world->world().all_gather(&mine, all.data(), 1);
+    LTM_RETURN_IF_ERROR(fits);
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r] == 0)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "--kv-resident: rank ", r, " has not the memory for its KV cache (its error above)"));
+  }
   try {
     rs->cache = std::make_unique<KvCache>(*rs->backend, rs->model->layers().size(),
                                           rs->model->n_kv_head_local(), config.head_dim(),

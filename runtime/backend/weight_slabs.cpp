@@ -60,12 +60,11 @@ void populate_pages(void* p, size_t bytes) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
   if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return;
   if (errno == EINVAL) {  // a kernel without MADV_POPULATE_WRITE: touch every page instead
-    // An atomic add of 0 writes each page (faulting it in) without changing what it holds.
-    for (uintptr_t at = begin < reinterpret_cast<uintptr_t>(p) ? begin + page : begin; at < end;
-         at += page)
-      __atomic_fetch_add(reinterpret_cast<unsigned char*>(at), 0, __ATOMIC_RELAXED);
-    if (begin < reinterpret_cast<uintptr_t>(p))
-      __atomic_fetch_add(static_cast<unsigned char*>(p), 0, __ATOMIC_RELAXED);
+    // An atomic add of 0 writes a byte of each page in the range (faulting the page in) without
+    // changing what it holds.
+    for (uintptr_t at = begin; at < end; at += page)
+      __atomic_fetch_add(reinterpret_cast<unsigned char*>(std::max(at, reinterpret_cast<uintptr_t>(p))),
+                         0, __ATOMIC_RELAXED);
     return;
   }
   throw std::runtime_error("could not make " + std::to_string(bytes) +

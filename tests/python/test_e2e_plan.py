@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from ltm_testing.worker import generate_json
+from ltm_testing.worker import generate_json, run_worker
 
 BUILD = os.environ.get("LTM_BUILD_DIR", "build")
 SOURCE = os.environ.get("LTM_SOURCE_DIR", ".")
@@ -57,6 +57,16 @@ def test_plan_matches_the_workers_memory_report(tp, pp, dtype, resident):
         assert within(got["kv_cache_bytes"], stage["worker_kv_bytes_per_rank"]), (rank, got)
         assert within(got["peak_resident_bytes"], stage["resident_at_load_bytes_per_rank"]), \
             (rank, got, stage)
+
+
+def test_a_resident_kv_cache_that_does_not_fit_is_refused_at_start_up():
+    # 2 ranks of 10 TB of cache each: both refuse, with the numbers, before touching any of it.
+    p = run_worker(["--model", MODEL, "--prompt-ids", "1,2,3", "--max-new-tokens", 2,
+                    "--tp", 2, "--threads", 1, "--kv-resident", "--kv-memory-mb", 10_000_000],
+                   ranks=2, check=False, timeout=120)
+    assert p.returncode != 0, p.stdout
+    assert "--kv-resident: the KV cache needs" in p.stderr, p.stderr
+    assert "2 rank(s) on this host" in p.stderr and "MemAvailable" in p.stderr, p.stderr
 
 
 def test_plan_text_names_every_figure_and_a_recommendation():
