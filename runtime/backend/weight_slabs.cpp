@@ -13,7 +13,7 @@
 #include <utility>
 
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#define MADV_POPULATE_WRITE 23  // Linux 5.14 (Debian 12 has 6.1); older kernels answer EINVAL
 #endif
 
 namespace ltm {
@@ -59,14 +59,6 @@ void populate_pages(void* p, size_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
   if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return;
-  if (errno == EINVAL) {  // a kernel without MADV_POPULATE_WRITE: touch every page instead
-    // An atomic add of 0 writes a byte of each page in the range (faulting the page in) without
-    // changing what it holds.
-    for (uintptr_t at = begin; at < end; at += page)
-      __atomic_fetch_add(reinterpret_cast<unsigned char*>(std::max(at, reinterpret_cast<uintptr_t>(p))),
-                         0, __ATOMIC_RELAXED);
-    return;
-  }
   throw std::runtime_error("could not make " + std::to_string(bytes) +
                            " bytes of memory resident (madvise MADV_POPULATE_WRITE: " +
                            std::strerror(errno) + ")");
