@@ -129,30 +129,30 @@ int64_t available_host_memory() {
 }
 
 namespace {
-// ResourceExhausted "<what> needs X per rank (N bytes) x R rank(s) on this host = Y, but only Z
+// ResourceExhausted "<what_needs> X per rank (N bytes) x R rank(s) on this host = Y, but only Z
 // ... is available (MemAvailable)<where>; <advice>" when R x bytes_per_rank exceeds `available`.
-absl::Status check_ranks_fit(const std::string& what, int64_t bytes_per_rank, int ranks_on_host,
-                             int64_t available, const std::string& where,
+// what_needs: the subject with its verb ("the model's weights need").
+absl::Status check_ranks_fit(const std::string& what_needs, int64_t bytes_per_rank,
+                             int ranks_on_host, int64_t available, const std::string& where,
                              const std::string& advice) {
   if (available < 0) return absl::OkStatus();
   const int64_t need = bytes_per_rank * std::max(1, ranks_on_host);
   if (need <= available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      what, " need", what.back() == 's' ? "" : "s", " ", gib(bytes_per_rank), " per rank (",
-      bytes_per_rank, " bytes) x ", ranks_on_host, " rank(s) on this host = ", gib(need),
-      ", but only ", gib(available), " of memory is available (MemAvailable)", where, "; ",
-      advice));
+      what_needs, " ", gib(bytes_per_rank), " per rank (", bytes_per_rank, " bytes) x ",
+      ranks_on_host, " rank(s) on this host = ", gib(need), ", but only ", gib(available),
+      " of memory is available (MemAvailable)", where, "; ", advice));
 }
 }  // namespace
 
 absl::Status check_host_memory(int64_t bytes_per_rank, int ranks_on_host, int64_t available) {
-  return check_ranks_fit("the model's weights", bytes_per_rank, ranks_on_host, available, "",
+  return check_ranks_fit("the model's weights need", bytes_per_rank, ranks_on_host, available, "",
                          "use more ranks (--tp, --pp) on more hosts or a smaller model");
 }
 
 absl::Status check_resident_kv_memory(int64_t kv_bytes_per_rank, int ranks_on_host,
                                       int64_t available) {
-  return check_ranks_fit("--kv-resident: the KV cache", kv_bytes_per_rank, ranks_on_host,
+  return check_ranks_fit("--kv-resident: the KV cache needs", kv_bytes_per_rank, ranks_on_host,
                          available, " after the weights",
                          "lower --kv-memory-mb, run fewer ranks on this host, or leave "
                          "--kv-resident off (the cache then becomes resident as it fills)");

@@ -200,6 +200,7 @@ TEST(LoadGuard, TooLargeForMemoryIsRefusedWithTheNumbers) {
   EXPECT_GT(bytes, int64_t{600} << 30);  // 175 G parameters in fp32
   const absl::Status s = check_host_memory(bytes, 1, int64_t{24} << 30);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the model's weights need "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("GiB per rank"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("24.00 GiB of memory is available"));
   EXPECT_TRUE(check_host_memory(1 << 20, 2, int64_t{24} << 30).ok());
@@ -212,7 +213,7 @@ TEST(LoadGuard, AResidentKvCacheThatDoesNotFitIsRefusedWithTheNumbers) {
   const int64_t gib1 = int64_t{1} << 30;
   const absl::Status s = check_resident_kv_memory(3 * gib1, 4, 10 * gib1);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("--kv-resident"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--kv-resident: the KV cache needs "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("3.00 GiB per rank"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("4 rank(s) on this host = 12.00 GiB"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("10.00 GiB of memory is available"));
