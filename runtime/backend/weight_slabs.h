@@ -27,8 +27,9 @@ DeviceBuffer map_huge_pages(size_t bytes);
 
 // Faults in every page of [p, p + bytes) for writing (madvise MADV_POPULATE_WRITE, Linux 5.14
 // and later), so that the memory is resident now and its use takes no page faults. The memory
-// keeps its contents (a page already in use keeps its data; a fresh one is zero). Throws std::runtime_error naming the errno when the kernel cannot provide
-// the memory (or, before 5.14, does not know the advice).
+// keeps its contents (a page already in use keeps its data; a fresh one is zero). Throws
+// std::runtime_error naming the errno when the kernel cannot provide the memory (or, before
+// 5.14, does not know the advice).
 void populate_pages(void* p, size_t bytes);
 
 class WeightSlabs {
