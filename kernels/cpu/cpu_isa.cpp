@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -208,6 +212,16 @@ Isa choose_isa(const char* env_value) {
 }
 
 std::string cpu_feature_list() { return join(features_of(Isa::kAvx512), true); }
+
+unsigned amd_cpu_family() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x68747541u && edx == 0x69746e65u &&
+      ecx == 0x444d4163u && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0)  // AuthenticAMD
+    return ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
+#endif
+  return 0;
+}
 
 Isa isa() {
   choose_once();

@@ -66,4 +66,9 @@ void set_amx(bool on);
 // The CPU features the paths test, e.g. "avx512f avx512bw avx512vl avx512dq avx2 fma f16c".
 std::string cpu_feature_list();
 
+// The CPU's family (CPUID leaf 1, base plus extended: 0x19 Zen 3/4, 0x1A Zen 5) when its vendor
+// is AMD, else 0. Decode kernels choose their prefetch distance by it (int8_gemm.cpp,
+// packed_gemm.cpp).
+unsigned amd_cpu_family();
+
 }  // namespace ltm::kernels::cpu

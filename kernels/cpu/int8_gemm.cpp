@@ -1,9 +1,6 @@
 #include "kernels/cpu/int8_gemm.h"
 
 #include <omp.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -126,13 +123,7 @@ QuantizeFn quantize_kernel() {
 // GB/s) the block being read was the fastest of the forms tried then, and no Intel CPU has been
 // measured with one block ahead. The choice is logged once.
 int64_t int8_gemv_prefetch_ahead() {
-  int64_t ahead = 0;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x68747541u && edx == 0x69746e65u &&
-      ecx == 0x444d4163u && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0) {  // AuthenticAMD
-    const unsigned family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
-    ahead = family >= 0x1a ? 1 : 0;
-  }
+  int64_t ahead = amd_cpu_family() >= 0x1a ? 1 : 0;
   const char* source = "this CPU";
   if (const char* e = std::getenv("LTM_INT8_PREFETCH_AHEAD"); e != nullptr && *e != '\0') {
     const std::string v(e);

@@ -1,9 +1,13 @@
 #include "kernels/cpu/packed_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#include <string>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/int8_gemm.h"
@@ -77,6 +81,32 @@ PanelRuns panel_runs(int64_t panels, int threads) {
 
 #ifdef LTM_CPU_X86
 namespace {
+// How far ahead the AVX2 decode gemv prefetches a 16-bit panel's stream, in bytes:
+// LTM_GEMV16_PREFETCH_BYTES=512|1024|2048|4096 (for measuring; another value is named in a
+// warning and ignored), else 2048 on AMD family 1Ah (Zen 5) and 512 elsewhere. Measured with the
+// AVX2 path forced on a Zen 5 VM (docs/benchmarks.md, "The AVX2 16-bit decode's prefetch
+// distance"): bf16 decode 1.26-1.32x and fp16 1.27x faster with 2048 bytes than with 512 (12 of
+// 12 alternating rounds each), 4096 no better than 2048; on a Zen 4 (family 19h, as the AVX2-only
+// Zen 3) 512 was the fastest of the forms tried then, and no Intel CPU has been measured with
+// 2048. Logged once.
+int64_t gemv16_prefetch_bytes() {
+  int64_t bytes = amd_cpu_family() >= 0x1a ? 2048 : 512;
+  const char* source = "this CPU";
+  if (const char* e = std::getenv("LTM_GEMV16_PREFETCH_BYTES"); e != nullptr && *e != '\0') {
+    const std::string v(e);
+    if (v == "512" || v == "1024" || v == "2048" || v == "4096") {
+      bytes = std::stoll(v);
+      source = "LTM_GEMV16_PREFETCH_BYTES";
+    } else {
+      spdlog::warn("LTM_GEMV16_PREFETCH_BYTES='{}' ignored: it must be 512, 1024, 2048 or 4096",
+                   v);
+    }
+  }
+  spdlog::info("cpu kernels: 16-bit decode on the AVX2 path prefetches {} bytes ahead ({})", bytes,
+               source);
+  return bytes;
+}
+
 // m == 1 on the AVX-512 path, m <= 2 on the AVX2 path: runs of consecutive panels as threads
 // free up, 4 at a time while there are many (gemv_panels: several streams per core), then fewer
 // (panel_runs). true when it ran.
@@ -84,6 +114,11 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
                        int64_t m, int64_t n, int64_t k, float beta) {
   const bool avx2 = isa() == Isa::kAvx2 && m <= 2;
   if (!avx2 && (m != 1 || isa() != Isa::kAvx512)) return false;
+  int64_t ahead16 = 512;
+  if (avx2) {  // chosen (and logged) the first time the AVX2 path runs one
+    static const int64_t chosen = gemv16_prefetch_bytes();
+    ahead16 = chosen;
+  }
   const int64_t panels = (n + kPanelWidth - 1) / kPanelWidth;
   const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(blas_threads(), panels)));
   const char* base = static_cast<const char*>(packed);
@@ -93,7 +128,7 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
     const int64_t c0 = j * kPanelWidth;
     const int64_t cols = std::min<int64_t>(np * kPanelWidth, n - c0);
     if (avx2)
-      avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta);
+      avx2::gemv_panels(a, m, base + j * panel_bytes, type, c + c0, n, k, cols, beta, ahead16);
     else
       avx512::gemv_panels(a, base + j * panel_bytes, type, c + c0, k, cols, beta);
   });

@@ -517,37 +517,36 @@ void column_masks(int64_t cols, __m256i* mk) {
 // row in a larger step. Measured (forced AVX2 on the Xeon, fp32, 2 threads, GPT-2-124M shapes,
 // weights from memory, alternating): 1.3-1.45x the one-stream tile; turns of 1, 2 or 4 rows
 // alike, 8 and more rows worse, prefetching 8 rows ahead better than none, 16 or 32. 16-bit
-// weights are prefetched only 512 bytes ahead (two bf16 pair rows) with prefetchnta, the streams
-// left to the hardware prefetchers: 3-5% faster in bf16 decode than 2048 bytes into L1 on an AMD
-// EPYC Zen 4, 10% in fp16 (docs/benchmarks.md, "Short non-temporal prefetch and paired panels in
-// the decode gemvs"); fp32 was even there, so it keeps the Xeon's setting.
+// weights are prefetched with prefetchnta, the streams left to the hardware prefetchers, at the
+// distance the caller passes (ahead16: packed_gemm.cpp chooses by CPU, 512 or 2048 bytes): 512
+// bytes (two bf16 pair rows) was 3-5% faster in bf16 decode than 2048 bytes into L1 on an AMD EPYC
+// Zen 4, 10% in fp16 (docs/benchmarks.md, "Short non-temporal prefetch and paired panels in the
+// decode gemvs"), while on a Zen 5 2048 bytes non-temporal was 1.26-1.32x faster than 512 ("The
+// AVX2 16-bit decode's prefetch distance"); fp32 was even there, so it keeps the Xeon's setting.
 #ifndef PG_AVX2_GEMV_TURN_BYTES
 #define PG_AVX2_GEMV_TURN_BYTES 512
 #endif
 #ifndef PG_AVX2_GEMV_AHEAD_BYTES
 #define PG_AVX2_GEMV_AHEAD_BYTES 2048
 #endif
-#ifndef PG_AVX2_GEMV_AHEAD_BYTES_16
-#define PG_AVX2_GEMV_AHEAD_BYTES_16 512
-#endif
 namespace ltm::kernels::cpu::avx2 {
 namespace {
 
 constexpr int64_t kTurnBytes = PG_AVX2_GEMV_TURN_BYTES;    // of a panel per turn
 constexpr int64_t kAheadBytes = PG_AVX2_GEMV_AHEAD_BYTES;  // prefetched ahead per stream, fp32
-constexpr int64_t kAheadBytes16 = PG_AVX2_GEMV_AHEAD_BYTES_16;  // and 16-bit (non-temporal)
 
 // kType: 0 fp32, 1 bf16 (a unit is a pair row), 2 fp16; a unit is one panel row otherwise.
 // R rows of A (1 or 2, k apart; C's rows ldc apart): the R x 8 accumulators of a panel do not fit
 // the registers for R = 2, so each turn runs over R parts of 8 V columns (V = 8 / R, the tiles'
 // widths: 1 x 64, 2 x 32), the later parts reading the turn's rows again from L1.
 template <int S, int kType, int R>
-void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k, float beta) {
+void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k, float beta,
+            int64_t ahead16) {
   constexpr int V = 8 / R;
   constexpr int64_t kUnitRows = kType == 1 ? 2 : 1;
   constexpr int64_t kUnitBytes = kWidth * (kType == 0 ? 4 : 2) * kUnitRows;
   constexpr int64_t kTurn = kTurnBytes / kUnitBytes > 0 ? kTurnBytes / kUnitBytes : 1;
-  constexpr int64_t kAhead = (kType == 0 ? kAheadBytes : kAheadBytes16) / kUnitBytes;
+  const int64_t ahead = kType == 0 ? kAheadBytes / kUnitBytes : ahead16 / kUnitBytes;
   constexpr auto kHint = kType == 0 ? _MM_HINT_T0 : _MM_HINT_NTA;  // enum (GCC) or int (clang)
   static_assert(kKChunk % 2 == 0, "bf16 pair rows must not straddle a chunk");
   const int64_t units = (k + kUnitRows - 1) / kUnitRows;
@@ -575,10 +574,10 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
             for (int v = 0; v < V; ++v) acc[r][v] = _mm256_load_ps(part[s][r] + 8 * (h * V + v));
           for (int64_t u = t0; u < t1; ++u) {
             const char* row = panel + u * kUnitBytes;
-            if (h == 0 && u + kAhead < units) {
+            if (h == 0 && u + ahead < units) {
 #pragma GCC unroll 4
               for (int64_t line = 0; line < kUnitBytes; line += 64)
-                _mm_prefetch(row + kAhead * kUnitBytes + line, kHint);
+                _mm_prefetch(row + ahead * kUnitBytes + line, kHint);
             }
             if constexpr (kType == 1) {
               __m256 x[R];
@@ -646,14 +645,14 @@ void gemv_s(const float* a, const void* panels, float* c, int64_t ldc, int64_t k
 
 template <int kType, int R>
 void gemv_any(const float* a, const void* panels, float* c, int64_t ldc, int64_t k,
-              int64_t cols, float beta) {
+              int64_t cols, float beta, int64_t ahead16) {
   const int64_t full = min_i(cols / kWidth, 4);
   switch (full) {
     case 0: break;
-    case 1: gemv_s<1, kType, R>(a, panels, c, ldc, k, beta); break;
-    case 2: gemv_s<2, kType, R>(a, panels, c, ldc, k, beta); break;
-    case 3: gemv_s<3, kType, R>(a, panels, c, ldc, k, beta); break;
-    default: gemv_s<4, kType, R>(a, panels, c, ldc, k, beta); break;
+    case 1: gemv_s<1, kType, R>(a, panels, c, ldc, k, beta, ahead16); break;
+    case 2: gemv_s<2, kType, R>(a, panels, c, ldc, k, beta, ahead16); break;
+    case 3: gemv_s<3, kType, R>(a, panels, c, ldc, k, beta, ahead16); break;
+    default: gemv_s<4, kType, R>(a, panels, c, ldc, k, beta, ahead16); break;
   }
   if (cols <= full * kWidth) return;
   // A narrower last panel: the panel kernels (the same sums).
@@ -673,18 +672,18 @@ void gemv_any(const float* a, const void* panels, float* c, int64_t ldc, int64_t
 
 template <int R>
 void gemv_rows(const float* a, const void* panels, int type, float* c, int64_t ldc, int64_t k,
-               int64_t cols, float beta) {
-  if (type == 1) gemv_any<1, R>(a, panels, c, ldc, k, cols, beta);
-  else if (type == 2) gemv_any<2, R>(a, panels, c, ldc, k, cols, beta);
-  else gemv_any<0, R>(a, panels, c, ldc, k, cols, beta);
+               int64_t cols, float beta, int64_t ahead16) {
+  if (type == 1) gemv_any<1, R>(a, panels, c, ldc, k, cols, beta, ahead16);
+  else if (type == 2) gemv_any<2, R>(a, panels, c, ldc, k, cols, beta, ahead16);
+  else gemv_any<0, R>(a, panels, c, ldc, k, cols, beta, ahead16);
 }
 
 }  // namespace
 
 void gemv_panels(const float* a, int64_t m, const void* panels, int type, float* c, int64_t ldc,
-                 int64_t k, int64_t cols, float beta) {
-  if (m == 2) gemv_rows<2>(a, panels, type, c, ldc, k, cols, beta);
-  else gemv_rows<1>(a, panels, type, c, ldc, k, cols, beta);
+                 int64_t k, int64_t cols, float beta, int64_t ahead16) {
+  if (m == 2) gemv_rows<2>(a, panels, type, c, ldc, k, cols, beta, ahead16);
+  else gemv_rows<1>(a, panels, type, c, ldc, k, cols, beta, ahead16);
 }
 
 }  // namespace ltm::kernels::cpu::avx2
