@@ -223,6 +223,18 @@ unsigned amd_cpu_family() {
   return 0;
 }
 
+TuningChoice tuning_choice(const char* env_name, std::initializer_list<int64_t> allowed,
+                           int64_t cpu_default) {
+  const char* e = std::getenv(env_name);
+  if (e == nullptr || *e == '\0') return {cpu_default, "this CPU"};
+  for (const int64_t v : allowed)
+    if (std::to_string(v) == e) return {v, env_name};
+  std::string list;
+  for (const int64_t v : allowed) list += (list.empty() ? "" : ", ") + std::to_string(v);
+  spdlog::warn("{}='{}' ignored: it must be one of {}", env_name, e, list);
+  return {cpu_default, "this CPU"};
+}
+
 Isa isa() {
   choose_once();
   return g_isa.load();

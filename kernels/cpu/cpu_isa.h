@@ -11,6 +11,8 @@
 // an error (std::runtime_error from the first kernel call or isa()). Tests switch with set_isa().
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,5 +72,15 @@ std::string cpu_feature_list();
 // is AMD, else 0. Decode kernels choose their prefetch distance by it (int8_gemm.cpp,
 // packed_gemm.cpp).
 unsigned amd_cpu_family();
+
+// A kernel tuning choice (a prefetch distance) that has a default for this CPU and that an
+// environment variable may force to one of `allowed` (for measuring): another value is named in
+// a warning and ignored. The value in force, and what set it ("this CPU" or the variable's name).
+struct TuningChoice {
+  int64_t value;
+  const char* source;
+};
+TuningChoice tuning_choice(const char* env_name, std::initializer_list<int64_t> allowed,
+                           int64_t cpu_default);
 
 }  // namespace ltm::kernels::cpu

@@ -123,20 +123,11 @@ QuantizeFn quantize_kernel() {
 // GB/s) the block being read was the fastest of the forms tried then, and no Intel CPU has been
 // measured with one block ahead. The choice is logged once.
 int64_t int8_gemv_prefetch_ahead() {
-  int64_t ahead = amd_cpu_family() >= 0x1a ? 1 : 0;
-  const char* source = "this CPU";
-  if (const char* e = std::getenv("LTM_INT8_PREFETCH_AHEAD"); e != nullptr && *e != '\0') {
-    const std::string v(e);
-    if (v == "0" || v == "1") {
-      ahead = v == "1" ? 1 : 0;
-      source = "LTM_INT8_PREFETCH_AHEAD";
-    } else {
-      spdlog::warn("LTM_INT8_PREFETCH_AHEAD='{}' ignored: it must be 0 or 1", v);
-    }
-  }
-  spdlog::info("cpu kernels: int8 decode prefetches {} group block{} ahead ({})", ahead,
-               ahead == 1 ? "" : "s", source);
-  return ahead;
+  const TuningChoice t =
+      tuning_choice("LTM_INT8_PREFETCH_AHEAD", {0, 1}, amd_cpu_family() >= 0x1a ? 1 : 0);
+  spdlog::info("cpu kernels: int8 decode prefetches {} group block{} ahead ({})", t.value,
+               t.value == 1 ? "" : "s", t.source);
+  return t.value;
 }
 #endif
 

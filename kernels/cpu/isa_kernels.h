@@ -125,7 +125,7 @@ namespace avx2 {
 // take turns, their accumulators in L1 between turns. ahead16: bytes a 16-bit panel's stream is
 // prefetched ahead (a multiple of its 256-byte unit; packed_gemm.cpp chooses).
 void gemv_panels(const float* a, int64_t m, const void* panels, int type, float* c, int64_t ldc,
-                 int64_t k, int64_t cols, float beta, int64_t ahead16 = 512);
+                 int64_t k, int64_t cols, float beta, int64_t ahead16);
 }  // namespace avx2
 // AMX (packed_gemm_amx.cpp), outside the table: an addition to the AVX-512 path (cpu_isa.h).
 namespace amx {

@@ -1,10 +1,8 @@
 #include "kernels/cpu/packed_gemm.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <omp.h>
-#include <string>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -90,21 +88,11 @@ namespace {
 // Zen 3) 512 was the fastest of the forms tried then, and no Intel CPU has been measured with
 // 2048. Logged once.
 int64_t gemv16_prefetch_bytes() {
-  int64_t bytes = amd_cpu_family() >= 0x1a ? 2048 : 512;
-  const char* source = "this CPU";
-  if (const char* e = std::getenv("LTM_GEMV16_PREFETCH_BYTES"); e != nullptr && *e != '\0') {
-    const std::string v(e);
-    if (v == "512" || v == "1024" || v == "2048" || v == "4096") {
-      bytes = std::stoll(v);
-      source = "LTM_GEMV16_PREFETCH_BYTES";
-    } else {
-      spdlog::warn("LTM_GEMV16_PREFETCH_BYTES='{}' ignored: it must be 512, 1024, 2048 or 4096",
-                   v);
-    }
-  }
-  spdlog::info("cpu kernels: 16-bit decode on the AVX2 path prefetches {} bytes ahead ({})", bytes,
-               source);
-  return bytes;
+  const TuningChoice t = tuning_choice("LTM_GEMV16_PREFETCH_BYTES", {512, 1024, 2048, 4096},
+                                       amd_cpu_family() >= 0x1a ? 2048 : 512);
+  spdlog::info("cpu kernels: 16-bit decode on the AVX2 path prefetches {} bytes ahead ({})",
+               t.value, t.source);
+  return t.value;
 }
 
 // m == 1 on the AVX-512 path, m <= 2 on the AVX2 path: runs of consecutive panels as threads
@@ -114,7 +102,7 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
                        int64_t m, int64_t n, int64_t k, float beta) {
   const bool avx2 = isa() == Isa::kAvx2 && m <= 2;
   if (!avx2 && (m != 1 || isa() != Isa::kAvx512)) return false;
-  int64_t ahead16 = 512;
+  int64_t ahead16 = 0;  // the AVX512 path's distance is its own
   if (avx2) {  // chosen (and logged) the first time the AVX2 path runs one
     static const int64_t chosen = gemv16_prefetch_bytes();
     ahead16 = chosen;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -103,6 +104,27 @@ TEST(IsaDispatch, ChooseIsaFromEnvironmentValue) {
       EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(IsaDispatch, TuningChoiceFromEnvironment) {
+  const char* name = "LTM_TEST_TUNING_CHOICE";
+  unsetenv(name);
+  TuningChoice t = tuning_choice(name, {512, 2048}, 512);
+  EXPECT_EQ(t.value, 512);
+  EXPECT_STREQ(t.source, "this CPU");
+  setenv(name, "2048", 1);
+  t = tuning_choice(name, {512, 2048}, 512);
+  EXPECT_EQ(t.value, 2048);
+  EXPECT_STREQ(t.source, name);
+  for (const char* bad : {"1024", "2048x", " 2048", "-1", ""}) {  // not allowed: the default
+    setenv(name, bad, 1);
+    t = tuning_choice(name, {512, 2048}, 512);
+    EXPECT_EQ(t.value, 512) << "'" << bad << "'";
+    EXPECT_STREQ(t.source, "this CPU") << "'" << bad << "'";
+  }
+  setenv(name, "0", 1);
+  EXPECT_EQ(tuning_choice(name, {0, 1}, 1).value, 0);
+  unsetenv(name);
 }
 
 class CpuKernelsIsa : public IsaTest {};
