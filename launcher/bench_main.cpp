@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -32,6 +33,7 @@
 #include "common/openmp_wait.h"
 #include "common/version.h"
 #include "launcher/bench_limits.h"
+#include "launcher/bench_window.h"
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
 #include "launcher/step_cost.h"
@@ -230,6 +232,7 @@ int main(int argc, char** argv) {
   // scheduler hands it out. Prefill ends when every sequence has its first token.
   struct Pass {
     double prefill_s = 0, decode_s = 0, prefill_tps = 0, decode_tps = 0;
+    double decode_rows = 0;  // tokens a decode step (fewer than the batch where some finished)
     double cpu_s = 0;  // CPU time of the whole pass, every thread of the process
     double stage_s = 0, lora_s = 0;  // rank 0's Model::run_stage time, and its LoRA products
     int64_t generated = 0;
@@ -240,7 +243,8 @@ int main(int argc, char** argv) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   auto run_batch = [&](bool with_adapters) -> std::optional<Pass> {
-    std::vector<Clock::time_point> first(batch), last(batch);
+    // Each sequence's events: when its tokens were handed out, and how many.
+    std::vector<std::vector<std::pair<Clock::time_point, int>>> events(batch);
     int64_t generated = 0;
     const auto t0 = Clock::now();
     const double cpu0 = cpu_now();
@@ -253,14 +257,11 @@ int main(int argc, char** argv) {
       req.ignore_eos = true;
       req.sampling.temperature = 0;
       if (with_adapters && !adapter_names.empty()) req.adapter = adapter_names[b % adapter_names.size()];
-      bool seen = false;
-      auto st = scheduler.submit(std::move(req), [&, b, seen](ltm::GenerationEvent ev) mutable {
+      auto st = scheduler.submit(std::move(req), [&, b](ltm::GenerationEvent ev) {
         if (ev.token_ids.empty()) return;
-        const auto now = Clock::now();
-        if (!seen) first[b] = now;
-        seen = true;
-        last[b] = now;
-        generated += static_cast<int64_t>(ev.token_ids.size());
+        const int n = static_cast<int>(ev.token_ids.size());
+        events[b].emplace_back(Clock::now(), n);
+        generated += n;
       });
       if (!st.ok()) {
         std::fprintf(stderr, "ltm-bench: %s\n", std::string(st.message()).c_str());
@@ -272,12 +273,12 @@ int main(int argc, char** argv) {
     p.cpu_s = cpu_now() - cpu0;
     p.stage_s = rs.model->stage_seconds() - stage0;
     p.lora_s = rs.model->lora_seconds() - lora0;
-    const auto prefill_end = *std::max_element(first.begin(), first.end());
-    const auto decode_end = *std::max_element(last.begin(), last.end());
-    p.prefill_s = secs(t0, prefill_end);
-    p.decode_s = secs(prefill_end, decode_end);
+    const ltm::DecodeWindow w = ltm::decode_window(events);
+    p.prefill_s = secs(t0, w.prefill_end);
+    p.decode_s = secs(w.prefill_end, w.decode_end);
     p.prefill_tps = static_cast<double>(batch) * prompt_tokens / p.prefill_s;
-    p.decode_tps = p.decode_s > 0 ? (generated - batch) / p.decode_s : 0;
+    p.decode_tps = p.decode_s > 0 ? w.tokens / p.decode_s : 0;
+    p.decode_rows = w.steps > 0 ? static_cast<double>(w.tokens) / w.steps : 0;
     p.generated = generated;
     return p;
   };
@@ -344,19 +345,23 @@ int main(int argc, char** argv) {
                      : ltm::decode_step_flops(c, prompt_tokens + 1);
   const double kv_bytes_per_position = 2.0 * L * c.kv_width() * ltm::precision_size(rs.kv_precision);
   const double mean_context = prompt_tokens + new_tokens / 2.0;
-  const double decode_step_bytes = total_weight_bytes + batch * mean_context * kv_bytes_per_position;
+  // Rows a decode step: the batch, or fewer on average where the sequences that started first (in
+  // an earlier prefill step) finished first (bench_window.h).
+  const double rows = pass->decode_rows > 0 ? pass->decode_rows : batch;
+  const double decode_step_bytes = total_weight_bytes + rows * mean_context * kv_bytes_per_position;
   const double bandwidth = limits.read_bytes_per_s;
   // Prefill: FLOPs over the compute rate of its GEMMs. Decode: each step reads its bytes and does
   // `batch` tokens' FLOPs, so the step takes at least the longer of the two times.
   const ltm::ComputeRoof prefill_roof = ltm::compute_roof(limits, wdtype, int64_t{batch} * prompt_tokens);
-  const ltm::ComputeRoof decode_roof = ltm::compute_roof(limits, wdtype, batch);
+  const ltm::ComputeRoof decode_roof =
+      ltm::compute_roof(limits, wdtype, std::max<int64_t>(1, std::llround(rows)));
   const double prefill_limit = prefill_roof.flops > 0 ? prefill_roof.flops / prefill_flops_per_token : 0;
-  const double read_limit = bandwidth > 0 ? batch * bandwidth / decode_step_bytes : 0;
+  const double read_limit = bandwidth > 0 ? rows * bandwidth / decode_step_bytes : 0;
   const double decode_compute_limit = decode_roof.flops > 0 ? decode_roof.flops / decode_flops_per_token : 0;
   const double decode_limit = read_limit > 0 && decode_compute_limit > 0
                                   ? std::min(read_limit, decode_compute_limit)
                                   : std::max(read_limit, decode_compute_limit);
-  const double decode_bytes_per_s = decode_tps / batch * decode_step_bytes;
+  const double decode_bytes_per_s = decode_tps / rows * decode_step_bytes;
   const double prefill_gflops = prefill_tps * prefill_flops_per_token / 1e9;
   const double decode_gflops = decode_tps * decode_flops_per_token / 1e9;
   const double fma = limits.fma_flops / 1e9;
@@ -401,7 +406,7 @@ int main(int argc, char** argv) {
             {"base_cpu_s", compared[r].first.cpu_s}, {"lora_cpu_s", compared[r].second.cpu_s},
             {"lora_stage_s", compared[r].second.stage_s},
             {"lora_products_s", compared[r].second.lora_s}});
-    line({{"measurement", "decode"}, {"tokens_per_s", decode_tps},
+    line({{"measurement", "decode"}, {"tokens_per_s", decode_tps}, {"rows_per_step", rows},
           {"gflop_per_token", decode_flops_per_token / 1e9}, {"gflop_s", decode_gflops},
           {"fma_fraction", frac(decode_gflops, fma)}, {"compute_roof", decode_roof.name},
           {"bytes_per_step", decode_step_bytes}, {"read_gb_s", decode_bytes_per_s / 1e9},
@@ -436,6 +441,9 @@ int main(int argc, char** argv) {
   }
   std::printf("\ndecode  %d x %d tokens: %8.1f tokens/s, %.3f GFLOP a token, %.1f GFLOP/s", batch,
               new_tokens, decode_tps, decode_flops_per_token / 1e9, decode_gflops);
+  if (rows < batch - 0.05)  // the sequences that started first finished first
+    std::printf(" (%.1f rows a step on average: the first sequences finished before the last)",
+                rows);
   if (!skip_limits) {
     std::printf(" = %.2f of the FMA roofline; read %.1f GB/s = %.2f of the read rate", frac(decode_gflops, fma),
                 decode_bytes_per_s / 1e9, frac(decode_bytes_per_s, bandwidth));
