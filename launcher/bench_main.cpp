@@ -229,7 +229,8 @@ int main(int argc, char** argv) {
   if (!o.lora_merge)
     for (const ltm::LoraSpec& spec : ltm::lora_specs(o)) adapter_names.push_back(spec.name);
   // `batch` requests of the same length with different prompts; a token's time is when the
-  // scheduler hands it out. Prefill ends when every sequence has its first token.
+  // scheduler hands it out. Prefill ends when every sequence has its first token; decode is the
+  // steps after that one (bench_window.h).
   struct Pass {
     double prefill_s = 0, decode_s = 0, prefill_tps = 0, decode_tps = 0;
     double decode_rows = 0;  // tokens a decode step (fewer than the batch where some finished)
@@ -351,7 +352,7 @@ int main(int argc, char** argv) {
   const double decode_step_bytes = total_weight_bytes + rows * mean_context * kv_bytes_per_position;
   const double bandwidth = limits.read_bytes_per_s;
   // Prefill: FLOPs over the compute rate of its GEMMs. Decode: each step reads its bytes and does
-  // `batch` tokens' FLOPs, so the step takes at least the longer of the two times.
+  // `rows` tokens' FLOPs, so the step takes at least the longer of the two times.
   const ltm::ComputeRoof prefill_roof = ltm::compute_roof(limits, wdtype, int64_t{batch} * prompt_tokens);
   const ltm::ComputeRoof decode_roof =
       ltm::compute_roof(limits, wdtype, std::max<int64_t>(1, std::llround(rows)));

@@ -102,7 +102,7 @@ bool gemv_multi_stream(const float* a, const void* packed, int type, size_t elem
                        int64_t m, int64_t n, int64_t k, float beta) {
   const bool avx2 = isa() == Isa::kAvx2 && m <= 2;
   if (!avx2 && (m != 1 || isa() != Isa::kAvx512)) return false;
-  int64_t ahead16 = 0;  // the AVX512 path's distance is its own
+  int64_t ahead16 = 0;  // the AVX-512 path chooses its own distance
   if (avx2) {  // chosen (and logged) the first time the AVX2 path runs one
     static const int64_t chosen = gemv16_prefetch_bytes();
     ahead16 = chosen;
