@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_isa.h"
 
 #include <spdlog/spdlog.h>
+#include <strings.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace ltm::kernels::cpu {
@@ -85,6 +87,24 @@ std::atomic<const KernelTable*> g_table{nullptr};
 std::atomic<Isa> g_isa{Isa::kPortable};
 std::once_flag g_chosen;
 
+// OpenBLAS's kernels to the forced path's (blas_core.h), unless OPENBLAS_CORETYPE chose them.
+void match_blas(Isa chosen, const char* env) {
+  const char* want = blas_core_for(chosen);
+  const std::string before = blas_core();
+  if (want == nullptr || before.empty() || std::getenv("OPENBLAS_CORETYPE") != nullptr ||
+      strcasecmp(before.c_str(), want) == 0)
+    return;
+  const std::string after = select_blas_core(want);
+  if (strcasecmp(after.c_str(), want) == 0) {
+    spdlog::info("cpu kernels: OpenBLAS switched from its {} to its {} kernels (LTM_CPU_ISA={})",
+                 before, after, env);
+  } else {
+    spdlog::warn("cpu kernels: OpenBLAS still runs its {} kernels (it did not take {}); set "
+                 "OPENBLAS_CORETYPE={} for a path that is {} throughout",
+                 after, want, want, isa_name(chosen));
+  }
+}
+
 void choose_once() {
   std::call_once(g_chosen, [] {
     const char* env = std::getenv("LTM_CPU_ISA");
@@ -94,7 +114,10 @@ void choose_once() {
     const std::string feats = join(features_of(chosen), true);
     spdlog::info("cpu kernels: {}{}{}{}", isa_name(chosen), feats.empty() ? "" : " (",
                  feats.empty() ? "" : feats, feats.empty() ? "" : ")");
-    if (env != nullptr && *env != '\0') spdlog::info("cpu kernels: forced by LTM_CPU_ISA={}", env);
+    if (env != nullptr && *env != '\0') {
+      spdlog::info("cpu kernels: forced by LTM_CPU_ISA={}", env);
+      if (chosen != supported_isas().front()) match_blas(chosen, env);
+    }
   });
 }
 

@@ -8,7 +8,9 @@
 // (spdlog info, "cpu kernels: avx512 (...)").
 //
 // LTM_CPU_ISA=avx512|avx2|portable forces a path; a value the CPU lacks, or an unknown one, is
-// an error (std::runtime_error from the first kernel call or isa()). Tests switch with set_isa().
+// an error (std::runtime_error from the first kernel call or isa()). A path narrower than the
+// CPU's widest switches OpenBLAS's kernels to match, unless OPENBLAS_CORETYPE is set
+// (blas_core.h). Tests switch with set_isa(), which leaves OpenBLAS as it is.
 #pragma once
 
 #include <cstdint>

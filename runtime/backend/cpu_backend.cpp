@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/openmp_wait.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gelu.h"
@@ -32,9 +33,12 @@ CpuBackend::CpuBackend(int n_threads) {
 }
 
 std::string CpuBackend::describe() const {
-  return absl::StrCat("cpu (", n_threads_, " threads, ", kernels::cpu::blas_name(), ", ",
-                      kernels::cpu::isa_name(),
-                      ", OpenMP spin ", openmp_spin_setting(), ")");
+  // isa() first: choosing the path may switch OpenBLAS's kernels (blas_core.h).
+  const std::string isa = kernels::cpu::isa_name();
+  const std::string core = kernels::cpu::blas_core();
+  return absl::StrCat("cpu (", n_threads_, " threads, ", kernels::cpu::blas_name(),
+                      core.empty() ? "" : " ", core, ", ", isa, ", OpenMP spin ",
+                      openmp_spin_setting(), ")");
 }
 
 DeviceBuffer CpuBackend::alloc(size_t bytes) {
