@@ -222,7 +222,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
     }
   };
   const size_t score_floats = static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1);
-  if (in_step_team()) {  // a one-row decode step's team (step_team.h): items in turn, no region
+  if (in_step_team()) {  // a small step's team (step_team.h): items in turn, no region
     step_team_for(n_items, [&](int64_t i) {
       static thread_local std::vector<float> scores;  // each team thread's own
       if (scores.size() < score_floats) scores.resize(score_floats);

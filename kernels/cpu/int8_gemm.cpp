@@ -318,15 +318,18 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
   // from one of the threads for a while, the others carry on with the GEMM instead of spinning at
   // its end (measured under load average 10: two thirds of a prefill's samples in libgomp's spin
   // with a static split). An item is a whole panel's worth of rows: the counter costs nothing.
-  const RowSplit split = split_rows(m, panels, threads);
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-  for (int64_t item = 0; item < panels * split.blocks; ++item) {
+  const bool team = in_step_team();  // a small step's team (step_team.h): its threads, no region
+  const RowSplit split = split_rows(m, panels, team ? step_team_size() : threads);
+  auto item_gemm = [&](int64_t item) {
     const int64_t j = item % panels, r0 = (item / panels) * split.rows;
     const int64_t rows = std::min(split.rows, m - r0), c0 = j * kWidth;
-    if (rows <= 0) continue;
+    if (rows <= 0) return;
     const int8::QuantRows ar{q + r0 * kq, scale + r0 * groups, sum + r0 * groups, groups};
     kernel(ar, w + j * panel_bytes(k), c + r0 * n + c0, n, rows, std::min(kWidth, n - c0), beta);
-  }
+  };
+  if (team) return step_team_for(panels * split.blocks, item_gemm);
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (int64_t item = 0; item < panels * split.blocks; ++item) item_gemm(item);
 }
 
 }  // namespace ltm::kernels::cpu

@@ -42,6 +42,15 @@ void rope(float* x, const int32_t* positions, const float* inv_freq, int64_t n_t
     for (int64_t t = 0; t < n_tokens; ++t) token(t, cos_sin.data());
     return;
   }
+  if (in_step_team()) {  // a small step's team (step_team.h): its threads, no region
+    auto job = [&](int t, int nt) {
+      std::vector<float> cos_sin(static_cast<size_t>(head_dim));
+      for (int64_t i = n_tokens * t / nt; i < n_tokens * (t + 1) / nt; ++i)
+        token(i, cos_sin.data());
+    };
+    step_team_run(job);
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<float> cos_sin(static_cast<size_t>(head_dim));

@@ -131,17 +131,20 @@ namespace {
 template <typename Elem, typename PanelGemm>
 void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float* c, int64_t m,
                 int64_t n, int64_t k, float beta, int64_t panels, int64_t panel_rows) {
-  const int threads = std::max(1, blas_threads());
+  const bool team = in_step_team();  // a small step's team (step_team.h): its threads, no region
+  const int threads = team ? step_team_size() : std::max(1, blas_threads());
   const RowSplit split = split_rows(m, panels, threads);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t item = 0; item < panels * split.blocks; ++item) {
+  auto item_gemm = [&](int64_t item) {
     const int64_t j = item % panels, r0 = (item / panels) * split.rows;
     const int64_t rows = std::min(split.rows, m - r0);
     const int64_t c0 = j * kPanelWidth;
     if (rows > 0)
       panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * panel_rows * kPanelWidth, c + r0 * n + c0,
                  n, rows, k, std::min(kPanelWidth, n - c0), beta);
-  }
+  };
+  if (team) return step_team_static(panels * split.blocks, item_gemm);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t item = 0; item < panels * split.blocks; ++item) item_gemm(item);
 }
 }  // namespace
 

@@ -32,7 +32,7 @@ PanelRuns panel_runs(int64_t panels, int threads);
 // fn(first panel, panels) for every run, on `threads` threads.
 template <typename Fn>
 void for_each_panel_run(int64_t panels, int threads, Fn fn) {
-  if (in_step_team()) {  // a one-row decode step's team (step_team.h): the same runs, no region
+  if (in_step_team()) {  // a small step's team (step_team.h): the same runs, no region
     const PanelRuns runs = panel_runs(panels, step_team_size());
     step_team_for(runs.count(), [&](int64_t i) {
       int64_t first;

@@ -216,11 +216,12 @@ class Backend {
   // nullptr: ops run at once on the calling thread (CPU).
   virtual void* stream() { return nullptr; }
 
-  // Runs `step`, a step of one row (a one-sequence decode), whose ops are enqueued from this
-  // thread. The CPU backend runs it on a step-long team of its threads
-  // (kernels/cpu/step_team.h): one thread region a step instead of one a kernel. The default
-  // calls it.
-  virtual void run_one_row_step(const std::function<void()>& step) { step(); }
+  // Runs `step`, a stage's step of at most kSmallStepRows rows (a one-sequence decode, a
+  // speculative verify step, a few sequences' decode), whose ops are enqueued from this thread.
+  // The CPU backend runs it on a step-long team of its threads (kernels/cpu/step_team.h): one
+  // thread region a step instead of one a kernel. The default calls it.
+  static constexpr int64_t kSmallStepRows = 8;
+  virtual void run_small_step(const std::function<void()>& step) { step(); }
 
   // --- captured graphs (decode steps replayed whole: runtime/model/decode_graphs.h) ---
   // Whether capture() and replay() exist here: the CUDA backend (CUDA graphs) and the emulated

@@ -126,7 +126,7 @@ void CpuBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t
   kc::packed_gemm(a, w.data(), kernel_type(w.precision()), c, m, n, k, beta);
 }
 
-void CpuBackend::run_one_row_step(const std::function<void()>& step) {
+void CpuBackend::run_small_step(const std::function<void()>& step) {
   static const bool on = [] {
     const char* e = std::getenv("LTM_STEP_TEAM");
     return !(e != nullptr && std::string(e) == "0");

@@ -19,7 +19,7 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
   int host_threads() const override { return n_threads_; }
   int threads() const { return n_threads_; }
   // On a step-long team (kernels/cpu/step_team.h), unless LTM_STEP_TEAM=0.
-  void run_one_row_step(const std::function<void()>& step) override;
+  void run_small_step(const std::function<void()>& step) override;
 
   DeviceBuffer alloc(size_t bytes) override;
   DeviceBuffer alloc_zeroed(size_t bytes) override;

@@ -249,12 +249,15 @@ StepOutput Engine::execute(const StepPlan& plan) {
     CommTimer t(&comm_seconds_);
     comms_.pp_device.recv(hidden, n * d * sizeof(float), s.pp_rank - 1, kTagHidden);
   }
-  // One row (a one-sequence decode): on the backend's one-row path (the CPU backend's step team).
-  const bool one_row = n == 1 && !graph_step_;
+  // A few rows (a one-sequence decode, a verify step, a few sequences' decode): on the
+  // backend's small-step path (the CPU backend's step team). The sampler stays outside it for
+  // more than one row (its rows run in a region of their own, and its checks throw).
+  const bool small = n >= 1 && n <= Backend::kSmallStepRows && !graph_step_;
+  const bool one_row = small && n == 1;
   if (graph_step_) {
     graphs_->run(in);  // the stage (and, last, the logits) as its bucket's graph
-  } else if (one_row) {
-    backend_.run_one_row_step([&] { model_.run_stage(in, hidden, cache_); });
+  } else if (small) {
+    backend_.run_small_step([&] { model_.run_stage(in, hidden, cache_); });
   } else {
     model_.run_stage(in, hidden, cache_);
   }
@@ -269,7 +272,7 @@ StepOutput Engine::execute(const StepPlan& plan) {
   if (s.is_last_stage()) {
     std::vector<float> full;
     if (one_row) {
-      backend_.run_one_row_step([&] {
+      backend_.run_small_step([&] {
         out.samples = sample_last_stage(plan, plan.want_logits ? &full : nullptr, &out.logprobs);
       });
     } else {

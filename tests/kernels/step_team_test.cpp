@@ -1,7 +1,8 @@
-// The one-row step team (kernels/cpu/step_team.h): its jobs run once on every thread, across
+// The small-step team (kernels/cpu/step_team.h): its jobs run once on every thread, across
 // the waits in which either side sleeps; a step's exception reaches the caller and the team is
-// released; nested steps and steps without threads run inline. And the kernels that hand their
-// work to the team (the decode gemvs of every weight type, paged attention) give the same bits
+// released; nested steps and steps without threads run inline; static_for's split reaches both
+// threads. And the kernels that hand their work to the team (the decode gemvs and the GEMMs of
+// up to Backend::kSmallStepRows rows of every weight type, paged attention) give the same bits
 // as in their own OpenMP regions.
 #include "kernels/cpu/step_team.h"
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/static_for.h"
 #include "runtime/backend/backend.h"
 
 namespace ltm {
@@ -100,6 +102,24 @@ TEST(StepTeam, NestedOrSingleThreadStepsRunInline) {
   }
 }
 
+TEST(StepTeam, StaticSplitsCoverEveryIndexOnBothThreads) {
+  for (int64_t n : {1, 2, 7, 64}) {
+    std::vector<std::atomic<int>> calls(n);
+    std::vector<int> thread_of(n, -1);
+    kc::run_step_team(2, [&] {
+      kc::static_for(n, true, [&](int64_t i) {
+        calls[i].fetch_add(1);
+        thread_of[i] = omp_get_thread_num();
+      });
+    });
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(calls[i].load(), 1) << i << " of " << n;
+      EXPECT_EQ(thread_of[i], i < n / 2 ? 0 : 1)
+          << i << " of " << n << ": thread t takes [n t / 2, n (t + 1) / 2)";
+    }
+  }
+}
+
 std::vector<float> random_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -120,12 +140,28 @@ TEST_P(StepTeamGemv, SameBitsAsTheRegions) {
   std::vector<float> regions(n), team(n, -1.0f);
   backend->matmul(a.data(), wb, regions.data(), 1, n, k, 0.0f);
   bool inside = false;
-  backend->run_one_row_step([&] {
+  backend->run_small_step([&] {
     inside = kc::in_step_team();
     backend->matmul(a.data(), wb, team.data(), 1, n, k, 0.0f);
   });
   EXPECT_TRUE(inside);
   EXPECT_EQ(std::memcmp(regions.data(), team.data(), sizeof(float) * n), 0);
+}
+
+TEST_P(StepTeamGemv, SmallStepGemmsSameBitsAsTheRegions) {
+  // A verify step's or a few sequences' rows: the GEMM's (panel, rows) items on the team.
+  auto backend = make_cpu_backend(2);
+  const int64_t k = 320, n = 11 * 64 + 37;
+  const std::vector<float> w = random_vector(k * n, 2);
+  DeviceBuffer wb = backend->alloc_weight(k, n, GetParam());
+  backend->write_weight_rows(wb, w.data(), 0, k, k, n);
+  for (int64_t m = 2; m <= Backend::kSmallStepRows; ++m) {
+    const std::vector<float> a = random_vector(m * k, 10 + m);
+    std::vector<float> regions(m * n), team(m * n, -1.0f);
+    backend->matmul(a.data(), wb, regions.data(), m, n, k, 0.0f);
+    backend->run_small_step([&] { backend->matmul(a.data(), wb, team.data(), m, n, k, 0.0f); });
+    EXPECT_EQ(std::memcmp(regions.data(), team.data(), sizeof(float) * m * n), 0) << m << " rows";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, StepTeamGemv,
