@@ -1,22 +1,21 @@
 #include "kernels/cpu/blas_core.h"
 
+#include <cblas.h>  // OpenBLAS's, or the GPU-only build's stand-in (defines LTM_CBLAS_SUBSET)
+
 #include <cstdlib>
 #include <optional>
 
-// OpenBLAS's dynamic dispatch (driver/others/dynamic.c): weak, so that a build without it links.
+#ifndef LTM_CBLAS_SUBSET
+// OpenBLAS's dynamic dispatch (driver/others/dynamic.c): weak, so that an OpenBLAS built without
+// it links too. The GPU-only build has no OpenBLAS and references none of these
+// (gpu_only_build_test checks that ltm-worker has no undefined OpenBLAS symbol, weak or not).
 extern "C" {
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
-char* openblas_get_corename(void) __attribute__((weak));
 }
+#endif
 
 namespace ltm::kernels::cpu {
-
-std::string blas_core() {
-  if (openblas_get_corename == nullptr || gotoblas_dynamic_init == nullptr) return "";
-  const char* name = openblas_get_corename();
-  return name != nullptr ? name : "";
-}
 
 const char* blas_core_for(Isa isa) {
   switch (isa) {
@@ -27,10 +26,18 @@ const char* blas_core_for(Isa isa) {
   return nullptr;
 }
 
+#ifdef LTM_CBLAS_SUBSET
+std::string blas_core() { return ""; }
+std::string select_blas_core(const char*) { return ""; }
+#else
+std::string blas_core() {
+  if (gotoblas_dynamic_init == nullptr) return "";
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "";
+}
+
 std::string select_blas_core(const char* core) {
-  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr ||
-      openblas_get_corename == nullptr)
-    return "";
+  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return "";
   // gotoblas_dynamic_init reads OPENBLAS_CORETYPE (detection when unset); the process's own value
   // is put back after.
   const char* env = std::getenv("OPENBLAS_CORETYPE");
@@ -45,5 +52,6 @@ std::string select_blas_core(const char* core) {
   const std::string after = blas_core();
   return after.empty() ? before : after;
 }
+#endif
 
 }  // namespace ltm::kernels::cpu
