@@ -1,8 +1,10 @@
 #include "parallel/nccl_communicator.h"
 
+#include <cuda.h>  // CUcontext, CUresult only: the driver is reached through the runtime
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -30,7 +32,65 @@ namespace {
       fail_cuda(_ltm_e, (op), watchdog_.group(), __FILE__, __LINE__);         \
   } while (0)
 
+// The thread's current CUDA context. On an H100 with NCCL 2.28.9 (2026-12-06, nccl_gpu_test) the
+// first collective on a communicator built on a created stream was followed by
+// cudaErrorContextIsDestroyed from the next runtime call on that stream, where the legacy
+// stream worked; NCCL is known to leave another driver context current on the calling thread
+// after its init and operations (NVIDIA/nccl issues 1736 and 2231). So the communicator notes
+// the context current when it is built (the device's primary context, which the runtime uses)
+// and puts it back after every NCCL call that changed it, with a warning the first time. Not yet
+// run on a GPU: the next device run's nccl_gpu_test says whether this was the cause. The
+// driver's two functions come through the runtime's entry-point lookup, so nothing links
+// libcuda.
+struct DriverContext {
+  CUresult (*get)(CUcontext*) = nullptr;
+  CUresult (*set)(CUcontext) = nullptr;
+};
+
+void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
+}
+
+const DriverContext& driver_context() {
+  static const DriverContext d = [] {
+    DriverContext out;
+    out.get = reinterpret_cast<CUresult (*)(CUcontext*)>(driver_entry("cuCtxGetCurrent"));
+    out.set = reinterpret_cast<CUresult (*)(CUcontext)>(driver_entry("cuCtxSetCurrent"));
+    return out;
+  }();
+  return d;
+}
+
+void* current_context() {
+  CUcontext c = nullptr;
+  const DriverContext& d = driver_context();
+  return d.get != nullptr && d.get(&c) == CUDA_SUCCESS ? static_cast<void*>(c) : nullptr;
+}
+
 }  // namespace
+
+void NcclCommunicator::keep_context(std::string_view after) const {
+  const DriverContext& d = driver_context();
+  if (context_ == nullptr || d.set == nullptr) return;
+  void* const now = current_context();
+  if (now == context_) return;
+  d.set(static_cast<CUcontext>(context_));
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    std::fputs(absl::StrCat(rank_prefix(), "NCCL left another CUDA context current on this thread ",
+                            "after ", std::string(after), " on group ", name(), " (device ",
+                            device_, "); the communicator's was put back\n")
+                   .c_str(),
+               stderr);
+}
 
 NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
                                    WatchdogOptions options)
@@ -48,6 +108,7 @@ NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
 
   use_device();
   LTM_NCCL_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "init");
+  context_ = current_context();  // the runtime's (primary) context, now that a call made it
   LTM_NCCL_CUDA(cudaMalloc(&barrier_buf_, sizeof(float)), "init");
   LTM_NCCL_CUDA(cudaMemset(barrier_buf_, 0, sizeof(float)), "init");
 
@@ -58,6 +119,7 @@ NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
   ncclComm_t comm = nullptr;
   const ncclResult_t r = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
   comm_ = comm;
+  keep_context(op);
   if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
   wait_ready(op, 0, deadline);
 }
@@ -133,6 +195,7 @@ void NcclCommunicator::wait_ready(std::string_view op, size_t bytes, Deadline de
   const DeviceWaitOutcome outcome = wait_device(
       [&] { return poll_async_error(comm_); }, [&] { abort_comm(); }, watchdog_, "NCCL", op,
       bytes, deadline, rank_, size_);
+  keep_context(op);
   if (!outcome.ok()) fail(outcome);
 }
 
@@ -150,6 +213,7 @@ DevicePoll NcclCommunicator::poll_event(cudaEvent_t event) {
 
 void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
                                 Deadline deadline) {
+  keep_context(op);  // the call was just made (its result is `result`)
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // enqueued
   LTM_NCCL_CUDA(cudaEventRecord(done_, stream_), op);
@@ -181,6 +245,7 @@ int NcclCommunicator::mark() {
 }
 
 void NcclCommunicator::enqueued(int result, std::string op, size_t bytes, Deadline deadline) {
+  keep_context(op);  // the call was just made (its result is `result`)
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // taken by the communicator; the stream runs it later
   if (capturing()) {  // a node of the graph: it runs at each replay (settle() covers those)
@@ -320,6 +385,7 @@ void NcclCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
   if (r == ncclSuccess || r == ncclInProgress)
     r = ncclSend(slot.buffer, bytes, ncclUint8, dst, comm_, side_);
   const ncclResult_t end = ncclGroupEnd();
+  keep_context(op);
   if (r == ncclSuccess || r == ncclInProgress) r = end;
   if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // taken by the communicator (not yet sent)

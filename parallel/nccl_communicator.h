@@ -114,6 +114,9 @@ class NcclCommunicator final : public Communicator {
   void abort_comm();
   [[noreturn]] void fail_nccl(int result, std::string_view op, const char* file, int line);
   void use_device() const;
+  // Puts back context_ as this thread's current CUDA context if an NCCL call left another one
+  // current (`after`: the call, named in a one-time warning). See nccl_communicator.cpp.
+  void keep_context(std::string_view after) const;
 
   // One staging slot of post(): a device buffer, the event after the copy into it and the event
   // after its send.
@@ -141,6 +144,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<int> free_events_;      // slots of events_ not in pending_
   int64_t captured_ = 0;              // operations captured into CUDA graphs so far
   float* barrier_buf_ = nullptr;  // one device float for barrier()
+  void* context_ = nullptr;  // the thread's CUDA context (CUcontext) when built: device_'s primary
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;

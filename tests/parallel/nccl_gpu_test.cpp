@@ -3,7 +3,8 @@
 // process down with the collective-timeout code and the watchdog's line; a one-rank communicator
 // moves data; and its all-reduce captured inside a CUDA graph runs at every replay, with settle()
 // (the watched host wait) covering the replays. (The unit tests of the same logic without a
-// device: device_wait_test, unique_id_mpi_test.)
+// device: device_wait_test, unique_id_mpi_test.) And a stream created before the communicator
+// stays usable after its first collectives.
 #include <gtest/gtest.h>
 
 #ifdef LTM_HAVE_NCCL
@@ -66,6 +67,43 @@ TEST(NcclGpu, OneRankCommunicatorMovesData) {
   EXPECT_EQ(back, h);
   cudaFree(d);
   cudaFree(g);
+}
+
+// The first device run (H100, NCCL 2.28.9, 2026-12-06): on a communicator built on a stream the
+// caller created before it, the first all-reduce was followed by cudaErrorContextIsDestroyed from
+// the next runtime call on that stream (NcclAllReduceInGraph below, also with an eager all-reduce
+// first), where the legacy stream worked (OneRankCommunicatorMovesData). ltm-worker builds its
+// communicators on the backend's stream, created first, so this is that order: the stream stays
+// usable after the communicator's init and first collectives, on this thread, and the thread's
+// CUDA context is the one it had before (NcclCommunicator::keep_context puts it back where NCCL
+// left another).
+TEST(NcclGpu, AStreamCreatedBeforeTheCommunicatorStaysUsable) {
+  constexpr size_t kCount = 1024;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // blocking, as the CUDA backend's
+  int device = -1;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  SoloCommunicator host("solo");
+  NcclCommunicator comm(host, device, stream);
+  float* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, kCount * sizeof(float)), cudaSuccess);
+  std::vector<float> h(kCount, 1.5f), back(kCount);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(cudaMemcpyAsync(buf, h.data(), kCount * sizeof(float), cudaMemcpyHostToDevice,
+                              stream),
+              cudaSuccess);
+    comm.all_reduce_sum(buf, kCount);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    EXPECT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess) << "round " << round;
+    comm.settle();
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost,
+                              stream),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "round " << round;
+    EXPECT_EQ(back, h) << "round " << round;
+  }
+  cudaFree(buf);
+  cudaStreamDestroy(stream);
 }
 
 // A one-rank communicator's all-reduce captured in a CUDA graph between two copies (src -> buf,
