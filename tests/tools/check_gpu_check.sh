@@ -77,6 +77,25 @@ with open(path, "wb") as f:
 print(json.dumps({"generated_ids": [(i * 7) % vocab for i in range(rows)]}))
 sys.exit($rc)
 PY
+  # ncu: two forward steps (each an embedding kernel, then a 1 ms GEMM reading 3 GB) in Nsight
+  # Compute's CSV, after the profiled program's own output.
+  {
+    printf '#!/bin/sh\necho "stub ltm-bench output"\n'
+    printf "echo '\"ID\",\"Kernel Name\",\"Grid Size\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"'\n"
+    local id=0 step kernel
+    for step in 0 1; do
+      for kernel in "void ltm::embedding_kernel(int)|(4, 1, 1)|2,000|1,000" \
+                    "nvjet_gemm_NNT|(2, 64, 1)|1,000,000|3,000,000,000"; do
+        IFS='|' read -r name grid ns bytes <<< "$kernel"
+        printf "echo '\"%s\",\"%s\",\"%s\",\"gpu__time_duration.sum\",\"ns\",\"%s\"'\n" \
+          "$id" "$name" "$grid" "$ns"
+        printf "echo '\"%s\",\"%s\",\"%s\",\"dram__bytes_read.sum\",\"byte\",\"%s\"'\n" \
+          "$id" "$name" "$grid" "$bytes"
+        id=$((id + 1))
+      done
+    done
+    printf 'exit %s\n' "$rc"
+  } > "$d/bin/ncu"
   chmod +x "$d"/bin/* "$d"/build/tests/* "$d"/build/launcher/*
 }
 
@@ -84,14 +103,14 @@ PY
 run() {
   stubs "$tmp/$1" "$2"
   PATH="$tmp/$1/bin:$PATH" OUT="$tmp/$1/out" LTM_GPU_CHECK_BUILD="$tmp/$1/build" \
-    LTM_GPU_CHECK_PYTHON="$py" LTM_GPU_CHECK_BUDGET=300 \
+    LTM_GPU_CHECK_PYTHON="$py" LTM_GPU_CHECK_BUDGET=300 LTM_GPU_CHECK_NCU="$tmp/$1/bin/ncu" \
     timeout 280 bash "$src/scripts/gpu_check" 90 > "$tmp/$1.out" 2>&1
   rc=$?
 }
 steps="gpu build gpu_test:cuda_graphs_gpu_test gpu_test:kernels_gpu_test model_bf16_vs_cpu_f32
   graph_replay_equals_eager device_sampling_equals_host nccl_allreduce_in_graph
   nccl_init_timeout_abort limits_before bench_decode_b1 bench_decode_b64 bench_prefill_2048
-  bench_decode_b1_int8 limits_after targets"
+  bench_decode_b1_int8 limits_after targets profile_decode_b1 profile_prefill_2048"
 
 run pass pass
 [ "$rc" -eq 0 ] || fail "a passing stub set: exit $rc"
@@ -99,6 +118,8 @@ for s in $steps; do
   grep -q "^PASS $s " "$tmp/pass.out" || fail "passing set: no PASS line for $s"
 done
 grep -q '"passed": true' "$tmp/pass/out/report.json" || fail "passing set: report.json not passed"
+grep -q "^PASS profile_decode_b1 .*step 1 of 2: 2 kernels, 1.002 ms, 3.00 GB read" "$tmp/pass.out" ||
+  fail "passing set: the profile's summary is not the stub CSV's last step"
 grep -q '^FAIL' "$tmp/pass.out" && fail "passing set: a FAIL line"
 [ $bad -eq 0 ] && echo "ok: the passing stub set passes ($(grep -c '^PASS' "$tmp/pass.out") steps)"
 
