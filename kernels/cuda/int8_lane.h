@@ -154,25 +154,59 @@ LTM_INT8_UNROLL
   }
 }
 
+// Warp steps whose quants a lane loads before using any of them (lane_dot): decode is bound by
+// how many bytes the GPU has in flight, and on the H100 (2026-12-06) two 16-byte reads a lane
+// left the one-row kernel at 1.8 TB/s on weights of 4096 columns (512 blocks of 8 warps: under
+// half the warps the GPU holds) and 2.2-2.3 TB/s on wider ones, of ~3 TB/s. Four for one row of A
+// (46-48 -> 55-63 registers on sm_90, no spills); more rows keep two (at two rows, four spilled
+// with fp32 activations; their accumulators and activations need the registers).
+template <int MT>
+inline constexpr int kStepsInFlight = MT == 1 ? 4 : 2;
+
 // The lane's partial sums of rows r < min(m, MT) of A [m, k] (rows lda apart) times one column
 // (q: its kp quants; sc: its scales), added to acc[r] (which the caller zeroes). kVec: A and lda
 // keep every lane's 16 activations 16-byte aligned (int8_gemm.cu checks before choosing it).
-// Two warp steps' quants are loaded before either is used, so that each lane has two 16-byte
-// reads in flight (decode is bound by how many bytes the GPU has in flight); the sums go in the
-// order of p all the same.
-template <int MT, bool kVec, typename TA>
+// kInFlight warp steps' quants (and scales) are loaded before any is used, so that each lane has
+// that many 16-byte reads in flight; the sums go in the order of p all the same, so every
+// kInFlight gives the same bits (cuda_int8_lane_test checks 1, 2 and 4).
+template <int MT, bool kVec, typename TA, int kInFlight = kStepsInFlight<MT>>
 LTM_INT8_HD void lane_dot(const int8_t* q, const uint16_t* sc, const TA* a, int64_t lda,
                           int64_t m, int64_t k, int lane, float (&acc)[MT]) {
+  static_assert(kInFlight >= 1 && kInFlight <= 8);
   const int64_t kp = padded_k(k);
-  for (int64_t p = static_cast<int64_t>(lane) * kLaneBytes; p < kp; p += 2 * kWarpBytes) {
-    const int64_t p2 = p + kWarpBytes;
-    const bool second = p2 < kp;
-    uint32_t w0[4], w1[4] = {0, 0, 0, 0};
-    load_words(q + p, w0);
-    if (second) load_words(q + p2, w1);
-    const uint16_t s0 = sc[p / kGroup], s1 = second ? sc[p2 / kGroup] : uint16_t{0};
-    lane_step<MT, kVec>(w0, s0, a, lda, m, k, p, acc);
-    if (second) lane_step<MT, kVec>(w1, s1, a, lda, m, k, p2, acc);
+  if constexpr (kInFlight == 2) {  // written out: the general loop below spilled for 16 rows
+    for (int64_t p = static_cast<int64_t>(lane) * kLaneBytes; p < kp; p += 2 * kWarpBytes) {
+      const int64_t p2 = p + kWarpBytes;
+      const bool second = p2 < kp;
+      uint32_t w0[4], w1[4] = {0, 0, 0, 0};
+      load_words(q + p, w0);
+      if (second) load_words(q + p2, w1);
+      const uint16_t s0 = sc[p / kGroup], s1 = second ? sc[p2 / kGroup] : uint16_t{0};
+      lane_step<MT, kVec>(w0, s0, a, lda, m, k, p, acc);
+      if (second) lane_step<MT, kVec>(w1, s1, a, lda, m, k, p2, acc);
+    }
+  } else {
+    for (int64_t p = static_cast<int64_t>(lane) * kLaneBytes; p < kp;
+         p += kInFlight * kWarpBytes) {
+      uint32_t w[kInFlight][4];
+      uint16_t s[kInFlight];
+LTM_INT8_UNROLL
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t pu = p + u * kWarpBytes;
+        if (pu < kp) {
+          load_words(q + pu, w[u]);
+          s[u] = sc[pu / kGroup];
+        } else {
+          w[u][0] = w[u][1] = w[u][2] = w[u][3] = 0;
+          s[u] = 0;
+        }
+      }
+LTM_INT8_UNROLL
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t pu = p + u * kWarpBytes;
+        if (pu < kp) lane_step<MT, kVec>(w[u], s[u], a, lda, m, k, pu, acc);
+      }
+    }
   }
 }
 

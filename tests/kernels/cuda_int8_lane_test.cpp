@@ -6,6 +6,7 @@
 //    one-hot rows of A, the warp's sum is the dequantized weight q * s exactly (one product,
 //    exact in float), for every k from 1 to past two warp steps;
 //  - random A against a float64 reference on the same dequantized weights, 1..16 rows;
+//  - the reads in flight a lane keeps (1, 2 or 4 warp steps) give the same bits;
 //  - the layout holds the CPU backend's values: q * s of every weight equals the CPU's packed
 //    int8 matrix (int8_packed_column), since both quantize by kernels/cpu/int8_quant.h;
 //  - the backend's upload (int8_layout.h: staging and two strided copies, done here by a host
@@ -122,6 +123,45 @@ TEST(CudaInt8Lane, RowsAgainstAFloat64Reference) {
           }
           ASSERT_NEAR(got[r], ref, 1e-6 * mag + 1e-7) << "k " << k << " m " << m << " row " << r;
         }
+      }
+    }
+  }
+}
+
+// The reads in flight (int8_lane.h's kInFlight) change when quants are loaded, not the order of
+// the sums: 1, 2 (written out) and 4 (the general loop) warp steps at a time give the same bits
+// for every lane, across k with ragged ends and several whole rounds of 4 steps.
+template <int MT, int kInFlight>
+std::vector<float> lanes(const Layout& l, const std::vector<float>& a, int64_t m, int64_t c) {
+  std::vector<float> out;
+  for (int lane = 0; lane < 32; ++lane) {
+    float acc[MT] = {};
+    li::lane_dot<MT, false, float, kInFlight>(l.q.data() + c * l.kp,
+                                              l.scales.data() + c * l.groups, a.data(), l.k, m,
+                                              l.k, lane, acc);
+    out.insert(out.end(), acc, acc + m);
+  }
+  return out;
+}
+
+TEST(CudaInt8Lane, ReadsInFlightKeepTheBits) {
+  EXPECT_EQ(li::kStepsInFlight<1>, 4);
+  EXPECT_EQ(li::kStepsInFlight<2>, 2);
+  EXPECT_EQ(li::kStepsInFlight<16>, 2);
+  constexpr int64_t n = 2;
+  for (int64_t k : {1, 31, 512, 1000, 1024, 1536, 2047, 2048, 2049, 5000}) {
+    const std::vector<float> w =
+        random_floats(static_cast<size_t>(k * n), 31 + static_cast<uint32_t>(k));
+    const Layout l = quantize(w, k, n);
+    for (int64_t m : {1, 2}) {
+      const std::vector<float> a =
+          random_floats(static_cast<size_t>(m * k), 41 + static_cast<uint32_t>(m));
+      for (int64_t c = 0; c < n; ++c) {
+        const std::vector<float> two = lanes<2, 2>(l, a, m, c);
+        const std::vector<float> four = lanes<2, 4>(l, a, m, c);
+        const std::vector<float> one = lanes<2, 1>(l, a, m, c);
+        ASSERT_EQ(four, two) << "k " << k << " m " << m;
+        ASSERT_EQ(one, two) << "k " << k << " m " << m;
       }
     }
   }
