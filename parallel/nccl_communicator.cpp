@@ -225,7 +225,15 @@ void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
 
 bool NcclCommunicator::capturing() const {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  LTM_NCCL_CUDA(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+  const cudaError_t e = cudaStreamIsCapturing(stream_, &status);
+  if (e != cudaSuccess) [[unlikely]] {
+    // Where the H100 run failed (benchmarks.md, "The first device run"): say which contexts.
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "cudaStreamIsCapturing (thread's CUDA context %p, the communicator's %p)",
+                  current_context(), context_);
+    fail_cuda(e, what, watchdog_.group(), __FILE__, __LINE__);
+  }
   LTM_ASSERT(status != cudaStreamCaptureStatusInvalidated,
              "the CUDA graph capture on NCCL group ", name(), "'s stream was invalidated");
   return status == cudaStreamCaptureStatusActive;
