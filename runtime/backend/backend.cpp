@@ -49,7 +49,8 @@ float* Act::f32() const {
 }
 
 void Backend::matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
-                         float beta, const float* bias, Epilogue epilogue) {
+                         float beta, const float* bias, Epilogue epilogue, const void* bias_act) {
+  (void)bias_act;  // fp32 C: the fp32 bias
   matmul(a.f32(), w, c.f32(), m, n, k, beta);
   if (epilogue == Epilogue::kBias) add_bias(c.f32(), bias, m, n);
   if (epilogue == Epilogue::kBiasGelu) bias_gelu(c.f32(), bias, m, n);

@@ -330,9 +330,23 @@ class Backend {
   // above in the order the model ran them before these existed, so a backend that keeps fp32
   // activations computes the same bits either way.
   // C[m, n] = epilogue(A[m, k] @ W + beta * C) for a weight from upload_weight(w, k, n); bias
-  // [n] fp32 (null for kNone). Accumulation is fp32; C is rounded to its type once.
+  // [n] fp32 (null for kNone). Accumulation is fp32; C is rounded to its type once. bias_act:
+  // the same bias as epilogue_bias() made it for C's type, or null (the backend then rounds
+  // `bias` itself where it needs to, at every call).
   virtual void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
-                          float beta, const float* bias, Epilogue epilogue);
+                          float beta, const float* bias, Epilogue epilogue,
+                          const void* bias_act = nullptr);
+  // A bias [n] (fp32, uploaded) as matmul_act's fused epilogue reads it when C is of `act`: a
+  // copy rounded to `act` once, where the backend's epilogue takes the output's type (CUDA's
+  // cuBLASLt with 16-bit C), or an empty buffer where it reads the fp32 bias as it is (the
+  // default). The model makes these at load for the biases its GEMMs fuse (QKV, MLP fc): on the
+  // H100 (2026-12-06) rounding them at every call was 2 of a 6.7B decode layer's ~11 kernels.
+  virtual DeviceBuffer epilogue_bias(const DeviceBuffer& bias, int64_t n, Precision act) {
+    (void)bias;
+    (void)n;
+    (void)act;
+    return {};
+  }
   // layer_norm() with y of another type (x fp32; y must not alias x when 16-bit).
   virtual void layer_norm_act(const float* x, const float* gamma, const float* beta, Act y,
                               int64_t rows, int64_t cols, float eps);

@@ -458,13 +458,15 @@ class CudaBackend final : public Backend {
   // C = epilogue(A W + beta C): one cuBLASLt GEMM with the epilogue fused where cuBLASLt has an
   // algorithm for it, else the GEMM and then the epilogue as a kernel.
   void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
-                  float beta, const float* bias, Epilogue epilogue) override {
+                  float beta, const float* bias, Epilogue epilogue,
+                  const void* bias_act) override {
     const Precision wp = w.precision();
     if (m <= 0 || n <= 0) return;
     // fp32 weights (fp32 activations), or the degenerate k = 0 (C = beta C, fp32 only).
     if (wp == Precision::kF32 || k <= 0)
       return Backend::matmul_act(a, w, c, m, n, k, beta, bias, epilogue);
-    if (wp == Precision::kInt8) return matmul_int8(a, w, c, m, n, k, beta, bias, epilogue);
+    if (wp == Precision::kInt8)
+      return matmul_int8(a, w, c, m, n, k, beta, bias, epilogue, bias_act);
     LTM_ASSERT((a.type == Precision::kF32 || a.type == wp) &&
                    (c.type == Precision::kF32 || c.type == wp),
                "matmul of ", precision_name(wp), " weights: activations ", precision_name(a.type),
@@ -474,8 +476,10 @@ class CudaBackend final : public Backend {
     const void* a16 = a.type == wp ? a.data : activations_16(a.f32(), m * k, wp);
     const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : lt_type(wp);
     if (epilogue != Epilogue::kNone) {
-      // cuBLASLt's bias is of D's type: a 16-bit D gets the bias rounded into bias16_.
+      // cuBLASLt's bias is of D's type: a 16-bit D takes epilogue_bias()'s copy, or the bias
+      // rounded into bias16_ now.
       const void* b = c.type == Precision::kF32 ? static_cast<const void*>(bias)
+                      : bias_act != nullptr     ? bias_act
                                                 : bias_16(bias, n, wp);
       const LtEpilogue e =
           epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
@@ -487,6 +491,17 @@ class CudaBackend final : public Backend {
              LtEpilogue::kNone, nullptr, ctx_->stream);
     if (epilogue == Epilogue::kBias) add_bias_act(c, bias, m, n);
     if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
+  }
+  // cuBLASLt's bias epilogue takes the output's type: 16-bit activations get a 16-bit copy, made
+  // once (the same rounding as bias_16's at every call).
+  DeviceBuffer epilogue_bias(const DeviceBuffer& bias, int64_t n, Precision act) override {
+    if (bias.empty() || n <= 0 || act == Precision::kF32) return {};
+    LTM_ASSERT(act == Precision::kBF16 || act == Precision::kF16, "epilogue bias of ",
+               precision_name(act));
+    use_device(device_);
+    DeviceBuffer out = alloc(static_cast<size_t>(n) * 2);
+    kernels::cuda::convert_from_f32(bias.f32(), out.data(), elem_type(act), n, ctx_->stream);
+    return out;
   }
   void layer_norm_act(const float* x, const float* gamma, const float* beta, Act y, int64_t rows,
                       int64_t cols, float eps) override {
@@ -640,7 +655,8 @@ class CudaBackend final : public Backend {
   // to kInt8GemvMaxRows rows of A; more rows dequantize W into int8_scratch_ ([n, k] fp16) and
   // multiply on tensor cores as a 16-bit weight read transposed (lm_head's table).
   void matmul_int8(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
-                   float beta, const float* bias, Epilogue epilogue) {
+                   float beta, const float* bias, Epilogue epilogue,
+                   const void* bias_act = nullptr) {
     LTM_ASSERT((a.type == Precision::kF32 || a.type == Precision::kF16) &&
                    (c.type == Precision::kF32 || c.type == Precision::kF16),
                "matmul of int8 weights: activations ", precision_name(a.type), " -> ",
@@ -663,7 +679,8 @@ class CudaBackend final : public Backend {
     const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : CUDA_R_16F;
     if (epilogue != Epilogue::kNone) {
       const void* b = bias;
-      if (c.type != Precision::kF32) b = bias_16(bias, n, Precision::kF16);
+      if (c.type != Precision::kF32)
+        b = bias_act != nullptr ? bias_act : bias_16(bias, n, Precision::kF16);
       const LtEpilogue e =
           epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
       if (lt_->run(int8_scratch_.data(), /*a_trans=*/true, a16, c.data, d_type, n, m, k,

@@ -53,6 +53,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::load(const WeightSource& source, B
   m->merge_ = options.merge;
   LTM_RETURN_IF_ERROR(m->load_weights(source));
   m->merge_ = nullptr;
+  for (LayerWeights& w : m->layer_) {  // the fused epilogues' biases, made once (LayerWeights)
+    w.attn_qkv_b_act = backend.epilogue_bias(w.attn_qkv_b, m->qkv_cols_, m->act_);
+    w.mlp_fc_b_act = backend.epilogue_bias(w.mlp_fc_b, m->d_ff_local_, m->act_);
+  }
   return m;
 }
 
@@ -356,7 +360,8 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
     const bool fuse_bias = qkv_bias && !lora;
     b.matmul_act(ln, w.attn_qkv_w, qkv, n, qkv_cols_, d, 0.0f,
                  fuse_bias ? w.attn_qkv_b.f32() : nullptr,
-                 fuse_bias ? Epilogue::kBias : Epilogue::kNone);
+                 fuse_bias ? Epilogue::kBias : Epilogue::kNone,
+                 fuse_bias && !w.attn_qkv_b_act.empty() ? w.attn_qkv_b_act.data() : nullptr);
     if (lora) {
       apply_lora(l, LoraModule::kAttnQkv, ln, qkv);
       if (qkv_bias) b.add_bias_act(qkv, w.attn_qkv_b.f32(), n, qkv_cols_);
@@ -382,7 +387,8 @@ void Model::forward(const StagedStep& step, float* hidden, KvCache& cache, Works
       b.silu_mul_act(gate_up, ff, n, dff);
     } else {  // column-parallel; bias + GELU fused into the GEMM when no LoRA update comes between
       b.matmul_act(ln, w.mlp_fc_w, ff, n, dff, d, 0.0f, lora ? nullptr : w.mlp_fc_b.f32(),
-                   lora ? Epilogue::kNone : Epilogue::kBiasGelu);
+                   lora ? Epilogue::kNone : Epilogue::kBiasGelu,
+                   lora || w.mlp_fc_b_act.empty() ? nullptr : w.mlp_fc_b_act.data());
       if (lora) {
         apply_lora(l, LoraModule::kMlpFc, ln, ff);
         b.bias_gelu_act(ff, w.mlp_fc_b.f32(), n, dff);

@@ -57,6 +57,9 @@ struct LayerWeights {
   DeviceBuffer mlp_fc_b;            // [d_ff_local]
   DeviceBuffer mlp_proj_w;          // [d_ff_local, d]
   DeviceBuffer mlp_proj_b;          // [d]               added once, after the all-reduce
+  // attn_qkv_b and mlp_fc_b as the fused GEMM epilogues read them (Backend::epilogue_bias: a
+  // 16-bit copy on CUDA with 16-bit activations; empty where the fp32 bias is read as it is).
+  DeviceBuffer attn_qkv_b_act, mlp_fc_b_act;
 };
 
 // How the weights are held: the matrices and the tied embedding in `weights` (biases, norms

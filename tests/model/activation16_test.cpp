@@ -4,7 +4,9 @@
 // to nearest even, as the CUDA kernels do once per op). It also checks the model's plumbing: each
 // op must be handed activations of the advertised type, fp32 where the model keeps fp32
 // (`hidden`, TP partial sums, logits), and ranges inside buffers the model allocated, of the
-// right element size (a workspace sized for fp32 or for 16 bits in the wrong place fails here).
+// right element size (a workspace sized for fp32 or for 16 bits in the wrong place fails here),
+// and the fused epilogues' 16-bit biases (Backend::epilogue_bias, made once at load) reaching
+// the GEMMs whose bias they copy.
 // Compared with the plain CPU backend in fp32 (weights, KV cache, activations), as
 // model_cuda_gpu_test.cpp compares the GPU: greedy tokens identical for 32 steps on a checkpoint
 // with large top-2 margins (two sequences, one prefilling beside the other's decode), and logits
@@ -51,16 +53,40 @@ class Act16Backend final : public CpuBackend {
 
   // --- the emulated 16-bit activation ops ---
   void matmul_act(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
-                  float beta, const float* bias, Epilogue epilogue) override {
+                  float beta, const float* bias, Epilogue epilogue,
+                  const void* bias_act) override {
     expect_act(a, m * k, "matmul A");
     expect_either(c, m * n, "matmul C");
     ++ops_16_;
     std::vector<float> a32 = widen(a, m * k), c32 = widen(c, m * n);
     CpuBackend::matmul(a32.data(), w, c32.data(), m, n, k, beta);
+    // The epilogue's bias: as the CUDA backend reads it, epilogue_bias()'s 16-bit copy of this
+    // very bias when the model passes one (checked: made here, for `bias`, n long), else fp32.
+    std::vector<float> bias_read;
+    if (bias_act != nullptr) {
+      EXPECT_NE(epilogue, Epilogue::kNone) << "a 16-bit bias for a GEMM without an epilogue";
+      auto it = epilogue_biases_.find(bias_act);
+      if (it == epilogue_biases_.end() || it->second.first != bias || it->second.second != n) {
+        ADD_FAILURE() << "matmul_act's bias_act is not epilogue_bias()'s copy of its bias";
+      } else {
+        bias_read = widen(Act(const_cast<void*>(bias_act), c.type), n);
+        bias = bias_read.data();
+        ++bias_act_uses_;
+      }
+    }
     if (epilogue == Epilogue::kBias) CpuBackend::add_bias(c32.data(), bias, m, n);
     if (epilogue == Epilogue::kBiasGelu) CpuBackend::bias_gelu(c32.data(), bias, m, n);
     narrow(c32, c);
   }
+  DeviceBuffer epilogue_bias(const DeviceBuffer& bias, int64_t n, Precision act) override {
+    if (bias.empty() || act == Precision::kF32) return {};
+    EXPECT_EQ(act, act_);
+    DeviceBuffer out = alloc(static_cast<size_t>(n) * 2);
+    narrow(std::vector<float>(bias.f32(), bias.f32() + n), Act(out.data(), act));
+    epilogue_biases_[out.data()] = {bias.f32(), n};
+    return out;
+  }
+  int bias_act_uses() const { return bias_act_uses_; }
   void layer_norm_act(const float* x, const float* gamma, const float* beta, Act y, int64_t rows,
                       int64_t cols, float eps) override {
     expect_act(y, rows * cols, "layer_norm y");
@@ -171,7 +197,9 @@ class Act16Backend final : public CpuBackend {
 
   Precision act_;
   std::map<const char*, size_t> allocations_;
+  std::map<const void*, std::pair<const float*, int64_t>> epilogue_biases_;  // copy -> its bias
   int ops_16_ = 0;
+  int bias_act_uses_ = 0;
 };
 
 struct ModelRun {
@@ -247,6 +275,8 @@ TEST_P(Activation16Model, GreedyTokensMatchFp32Within16BitTolerance) {
   auto [aa, ab] = greedy::greedy_pair(*act.model, *act.backend, *act.cache, kSteps);
   auto [ra, rb] = greedy::greedy_pair(*ref.model, *ref.backend, *ref.cache, kSteps);
   EXPECT_GT(static_cast<Act16Backend&>(*act.backend).ops_16(), 0);
+  // Every step's QKV and MLP fc GEMMs read the biases made once at load (two a layer).
+  EXPECT_GE(static_cast<Act16Backend&>(*act.backend).bias_act_uses(), 2 * kSteps);
   EXPECT_EQ(ra.generated, aa.generated);
   EXPECT_EQ(rb.generated, ab.generated);
   for (const auto& [r, a] : {std::pair{&ra, &aa}, std::pair{&rb, &ab}}) {
