@@ -1,5 +1,8 @@
 #include "kernels/cuda/int8_gemm.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.h"
 #include "kernels/cuda/int8_lane.h"
@@ -10,7 +13,17 @@ namespace {
 constexpr int kColsPerBlock = 8;  // warps a block, one column each
 constexpr int kThreads = 256;
 
-template <int MT, bool kVec, typename TA>
+// The reads in flight a lane keeps for one row of A (int8_lane.h's kStepsInFlight<1>, 4), or 2
+// with LTM_CUDA_INT8_READS=2: the kernel before 2026-12-06, to compare in one run.
+int one_row_reads() {
+  static const int reads = [] {
+    const char* e = std::getenv("LTM_CUDA_INT8_READS");
+    return e != nullptr && std::strcmp(e, "2") == 0 ? 2 : int8::kStepsInFlight<1>;
+  }();
+  return reads;
+}
+
+template <int MT, bool kVec, typename TA, int kReads = int8::kStepsInFlight<MT>>
 __global__ void __launch_bounds__(kColsPerBlock * kWarpSize)
     int8_gemv_kernel(const TA* __restrict__ a, const int8_t* __restrict__ q,
                      const uint16_t* __restrict__ scales, void* __restrict__ c, ElemType c_type,
@@ -23,7 +36,8 @@ __global__ void __launch_bounds__(kColsPerBlock * kWarpSize)
   float acc[MT];
 #pragma unroll
   for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
-  int8::lane_dot<MT, kVec>(q + col * kp, scales + col * int8::groups(k), a, k, m, k, lane, acc);
+  int8::lane_dot<MT, kVec, TA, kReads>(q + col * kp, scales + col * int8::groups(k), a, k, m, k,
+                                       lane, acc);
 #pragma unroll
   for (int r = 0; r < MT; ++r) acc[r] = warp_sum(acc[r]);
   if (lane != 0) return;
@@ -43,6 +57,19 @@ void launch_rows(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m,
                  const float* bias, bool gelu, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(ceil_div(w.n, kColsPerBlock));
   const bool vec = aligned16(a) && (w.k * static_cast<int64_t>(sizeof(TA))) % 16 == 0;
+  if constexpr (MT == 1) {
+    if (one_row_reads() == 2) {
+      if (vec) {
+        int8_gemv_kernel<1, true, TA, 2><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+            a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
+      } else {
+        int8_gemv_kernel<1, false, TA, 2><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+            a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
+      }
+      LTM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (vec) {
     int8_gemv_kernel<MT, true, TA><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
         a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);

@@ -493,9 +493,14 @@ class CudaBackend final : public Backend {
     if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
   }
   // cuBLASLt's bias epilogue takes the output's type: 16-bit activations get a 16-bit copy, made
-  // once (the same rounding as bias_16's at every call).
+  // once (the same rounding as bias_16's at every call). LTM_CUDA_BIAS_AT_LOAD=0 makes none (the
+  // rounding at every call, as before 2026-12-06), to compare in one run.
   DeviceBuffer epilogue_bias(const DeviceBuffer& bias, int64_t n, Precision act) override {
-    if (bias.empty() || n <= 0 || act == Precision::kF32) return {};
+    static const bool at_load = [] {
+      const char* e = std::getenv("LTM_CUDA_BIAS_AT_LOAD");
+      return !(e != nullptr && std::strcmp(e, "0") == 0);
+    }();
+    if (!at_load || bias.empty() || n <= 0 || act == Precision::kF32) return {};
     LTM_ASSERT(act == Precision::kBF16 || act == Precision::kF16, "epilogue bias of ",
                precision_name(act));
     use_device(device_);
