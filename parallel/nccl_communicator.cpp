@@ -38,7 +38,8 @@ namespace {
 // stream worked; NCCL is known to leave another driver context current on the calling thread
 // after its init and operations (NVIDIA/nccl issues 1736 and 2231). So the communicator notes
 // the context current when it is built (the device's primary context, which the runtime uses)
-// and puts it back after every NCCL call that changed it, with a warning the first time. Not yet
+// and, in wait_ready (which follows every NCCL call), puts it back where a call changed it, with
+// a warning the first time. Not yet
 // run on a GPU: the next device run's nccl_gpu_test says whether this was the cause. The
 // driver's two functions come through the runtime's entry-point lookup, so nothing links
 // libcuda.
@@ -119,7 +120,6 @@ NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
   ncclComm_t comm = nullptr;
   const ncclResult_t r = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
   comm_ = comm;
-  keep_context(op);
   if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
   wait_ready(op, 0, deadline);
 }
@@ -195,7 +195,7 @@ void NcclCommunicator::wait_ready(std::string_view op, size_t bytes, Deadline de
   const DeviceWaitOutcome outcome = wait_device(
       [&] { return poll_async_error(comm_); }, [&] { abort_comm(); }, watchdog_, "NCCL", op,
       bytes, deadline, rank_, size_);
-  keep_context(op);
+  keep_context(op);  // every NCCL call is followed by this wait before any CUDA runtime call
   if (!outcome.ok()) fail(outcome);
 }
 
@@ -213,7 +213,6 @@ DevicePoll NcclCommunicator::poll_event(cudaEvent_t event) {
 
 void NcclCommunicator::complete(int result, std::string_view op, size_t bytes,
                                 Deadline deadline) {
-  keep_context(op);  // the call was just made (its result is `result`)
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // enqueued
   LTM_NCCL_CUDA(cudaEventRecord(done_, stream_), op);
@@ -253,7 +252,6 @@ int NcclCommunicator::mark() {
 }
 
 void NcclCommunicator::enqueued(int result, std::string op, size_t bytes, Deadline deadline) {
-  keep_context(op);  // the call was just made (its result is `result`)
   if (result != ncclSuccess && result != ncclInProgress) fail_nccl(result, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // taken by the communicator; the stream runs it later
   if (capturing()) {  // a node of the graph: it runs at each replay (settle() covers those)
@@ -393,7 +391,6 @@ void NcclCommunicator::post(const void* data, size_t bytes, int dst, int tag) {
   if (r == ncclSuccess || r == ncclInProgress)
     r = ncclSend(slot.buffer, bytes, ncclUint8, dst, comm_, side_);
   const ncclResult_t end = ncclGroupEnd();
-  keep_context(op);
   if (r == ncclSuccess || r == ncclInProgress) r = end;
   if (r != ncclSuccess && r != ncclInProgress) fail_nccl(r, op, __FILE__, __LINE__);
   wait_ready(op, bytes, deadline);  // taken by the communicator (not yet sent)

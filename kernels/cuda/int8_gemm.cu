@@ -52,32 +52,27 @@ __global__ void __launch_bounds__(kColsPerBlock * kWarpSize)
   }
 }
 
-template <int MT, typename TA>
-void launch_rows(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
-                 const float* bias, bool gelu, cudaStream_t stream) {
+template <int MT, int kReads, typename TA>
+void launch_reads(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
+                  const float* bias, bool gelu, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(ceil_div(w.n, kColsPerBlock));
   const bool vec = aligned16(a) && (w.k * static_cast<int64_t>(sizeof(TA))) % 16 == 0;
-  if constexpr (MT == 1) {
-    if (one_row_reads() == 2) {
-      if (vec) {
-        int8_gemv_kernel<1, true, TA, 2><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
-            a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
-      } else {
-        int8_gemv_kernel<1, false, TA, 2><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
-            a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
-      }
-      LTM_CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
   if (vec) {
-    int8_gemv_kernel<MT, true, TA><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+    int8_gemv_kernel<MT, true, TA, kReads><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
         a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
   } else {
-    int8_gemv_kernel<MT, false, TA><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
+    int8_gemv_kernel<MT, false, TA, kReads><<<blocks, kColsPerBlock * kWarpSize, 0, stream>>>(
         a, w.q, w.scales, c, c_type, m, w.n, w.k, beta, bias, gelu);
   }
   LTM_CUDA_CHECK_LAUNCH();
+}
+
+template <int MT, typename TA>
+void launch_rows(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
+                 const float* bias, bool gelu, cudaStream_t stream) {
+  if (MT == 1 && one_row_reads() == 2)
+    return launch_reads<MT, 2>(a, w, c, c_type, m, beta, bias, gelu, stream);
+  launch_reads<MT, int8::kStepsInFlight<MT>>(a, w, c, c_type, m, beta, bias, gelu, stream);
 }
 
 // Accumulators for the next power of two of rows (1, 2, 4, 8, 16).

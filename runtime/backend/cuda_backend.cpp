@@ -474,23 +474,7 @@ class CudaBackend final : public Backend {
     LTM_ASSERT(epilogue == Epilogue::kNone || bias != nullptr, "bias epilogue without a bias");
     use_device(device_);
     const void* a16 = a.type == wp ? a.data : activations_16(a.f32(), m * k, wp);
-    const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : lt_type(wp);
-    if (epilogue != Epilogue::kNone) {
-      // cuBLASLt's bias is of D's type: a 16-bit D takes epilogue_bias()'s copy, or the bias
-      // rounded into bias16_ now.
-      const void* b = c.type == Precision::kF32 ? static_cast<const void*>(bias)
-                      : bias_act != nullptr     ? bias_act
-                                                : bias_16(bias, n, wp);
-      const LtEpilogue e =
-          epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
-      if (lt_->run(w.data(), /*a_trans=*/false, a16, c.data, d_type, n, m, k, lt_type(wp), beta,
-                   e, b, ctx_->stream))
-        return;
-    }
-    lt_->run(w.data(), /*a_trans=*/false, a16, c.data, d_type, n, m, k, lt_type(wp), beta,
-             LtEpilogue::kNone, nullptr, ctx_->stream);
-    if (epilogue == Epilogue::kBias) add_bias_act(c, bias, m, n);
-    if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
+    lt_epilogue(w.data(), /*w_trans=*/false, wp, a16, c, m, n, k, beta, bias, epilogue, bias_act);
   }
   // cuBLASLt's bias epilogue takes the output's type: 16-bit activations get a 16-bit copy, made
   // once (the same rounding as bias_16's at every call). LTM_CUDA_BIAS_AT_LOAD=0 makes none (the
@@ -681,19 +665,30 @@ class CudaBackend final : public Backend {
                                    ctx_->stream);
     const void* a16 = a.type == Precision::kF16 ? a.data
                                                 : activations_16(a.f32(), m * k, Precision::kF16);
-    const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : CUDA_R_16F;
+    lt_epilogue(int8_scratch_.data(), /*w_trans=*/true, Precision::kF16, a16, c, m, n, k, beta,
+                bias, epilogue, bias_act);
+  }
+
+  // C = epilogue(A16 W16 + beta C) on cuBLASLt for a 16-bit W of `wp` ([k, n], or [n, k] when
+  // w_trans) and A16 of the same type: the epilogue fused where cuBLASLt has an algorithm for it
+  // (its bias is of D's type: a 16-bit C takes epilogue_bias()'s copy, bias_act, or the bias
+  // rounded into bias16_ now), else the plain GEMM and the epilogue as a kernel.
+  void lt_epilogue(const void* w16, bool w_trans, Precision wp, const void* a16, Act c, int64_t m,
+                   int64_t n, int64_t k, float beta, const float* bias, Epilogue epilogue,
+                   const void* bias_act) {
+    const cudaDataType_t d_type = c.type == Precision::kF32 ? CUDA_R_32F : lt_type(wp);
     if (epilogue != Epilogue::kNone) {
-      const void* b = bias;
-      if (c.type != Precision::kF32)
-        b = bias_act != nullptr ? bias_act : bias_16(bias, n, Precision::kF16);
+      const void* b = c.type == Precision::kF32 ? static_cast<const void*>(bias)
+                      : bias_act != nullptr     ? bias_act
+                                                : bias_16(bias, n, wp);
       const LtEpilogue e =
           epilogue == Epilogue::kBias ? LtEpilogue::kBias : LtEpilogue::kGeluBias;
-      if (lt_->run(int8_scratch_.data(), /*a_trans=*/true, a16, c.data, d_type, n, m, k,
-                   CUDA_R_16F, beta, e, b, ctx_->stream))
+      if (lt_->run(w16, w_trans, a16, c.data, d_type, n, m, k, lt_type(wp), beta, e, b,
+                   ctx_->stream))
         return;
     }
-    lt_->run(int8_scratch_.data(), /*a_trans=*/true, a16, c.data, d_type, n, m, k, CUDA_R_16F,
-             beta, LtEpilogue::kNone, nullptr, ctx_->stream);
+    lt_->run(w16, w_trans, a16, c.data, d_type, n, m, k, lt_type(wp), beta, LtEpilogue::kNone,
+             nullptr, ctx_->stream);
     if (epilogue == Epilogue::kBias) add_bias_act(c, bias, m, n);
     if (epilogue == Epilogue::kBiasGelu) bias_gelu_act(c, bias, m, n);
   }
