@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   namespace po = boost::program_options;
   ltm::WorkerOptions o;
   int prompt_tokens = 512, new_tokens = 128, batch = 1, compare_rounds = 0, rounds = 1;
+  int warmup = -1;  // -1: 1 with --device cuda, else 0
   bool json = false, skip_limits = false, limits_only = false, step_cost = false;
   ltm::StepCostOptions sc;
   po::options_description desc("ltm-bench options");
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
       ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")
       ("lora-max-rank", po::value(&o.lora_max_rank)->default_value(64), "adapters of a higher rank are refused")
       ("rounds", po::value(&rounds)->default_value(1), "passes, each followed by a round of the limit probes; the best pass is reported beside the best limits")
+      ("warmup", po::value(&warmup)->default_value(-1), "unmeasured passes before the first measured one (-1: 1 with --device cuda, where the first pass loads each kernel's module, picks cuBLASLt's algorithms and captures the CUDA graphs; 0 on the CPU)")
       ("compare-base", po::value(&compare_rounds)->default_value(0), "with unmerged --lora: N rounds, each the batch on the base model then on the adapters")
       ("step-cost", po::bool_switch(&step_cost), "instead: a forward step's time against its rows (speculative decoding's token_cost; launcher/step_cost.h)")
       ("step-cost-context", po::value(&sc.context)->default_value(96), "--step-cost: tokens in the cache before the step")
@@ -136,6 +138,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ltm-bench: --rounds must be in [1, 100], and 1 with --compare-base\n");
     return 2;
   }
+  if (warmup < -1 || warmup > 10) {
+    std::fprintf(stderr, "ltm-bench: --warmup must be in [0, 10] (or -1: by device)\n");
+    return 2;
+  }
+  if (warmup == -1) warmup = o.device == "cuda" ? 1 : 0;
   if (prompt_tokens < 1 || new_tokens < 1 || batch < 1 || batch > 1024) {
     std::fprintf(stderr, "ltm-bench: --prompt-tokens and --new-tokens must be >= 1, --batch in [1, 1024]\n");
     return 2;
@@ -283,6 +290,17 @@ int main(int argc, char** argv) {
     p.generated = generated;
     return p;
   };
+  // Unmeasured passes first: a cold first pass on a GPU times lazy module loads, cuBLASLt's
+  // algorithm choice and graph captures, not the forward steps (--warmup).
+  for (int r = 0; r < warmup; ++r) {
+    const std::optional<Pass> w = run_batch(true);
+    if (!w) {
+      rs.engine->shutdown();
+      return 2;
+    }
+    std::fprintf(stderr, "ltm-bench: warm-up pass %d of %d (not counted): prefill %.1f, decode %.1f tokens/s\n",
+                 r + 1, warmup, w->prefill_tps, w->decode_tps);
+  }
   // The limits are probed before the pass and after it (the best round counts); before it only
   // when this is the one rank (other ranks would wait in follow() beside the probe).
   ltm::MachineLimits limits;
@@ -383,7 +401,8 @@ int main(int argc, char** argv) {
         {"amx", ltm::kernels::cpu::amx_enabled()},
         {"dpbf16", ltm::kernels::cpu::dpbf16_enabled()}, {"tp", o.tp}, {"pp", o.pp},
         {"threads_per_rank", rs.threads}, {"batch", batch}, {"prompt_tokens", prompt_tokens},
-        {"new_tokens", new_tokens}, {"weight_bytes", total_weight_bytes},
+        {"new_tokens", new_tokens}, {"warmup_passes", warmup},
+        {"weight_bytes", total_weight_bytes},
         {"lora_adapters", o.lora}, {"lora_merge", o.lora_merge},
         {"peak_rss_bytes", peak_rss}};
     auto line = [&](nlohmann::json j) {

@@ -49,9 +49,11 @@ def test_worker_keeps_the_users_openmp_policy(model):
     assert "OpenMP spin default)" in backend_of_worker(model, clean_env(LTM_OMP_SPIN="keep"))
 
 
-def run_bench(args, env):
+def run_bench(args, env, stderr=None):
     p = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, f"ltm-bench exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    if stderr is not None:
+        stderr.extend(p.stderr.splitlines())
     return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 
@@ -63,6 +65,26 @@ def test_bench_measures_a_batch(model):
     for l in kinds.values():
         assert l["batch"] == 3 and l["tokens_per_s"] > 0, l
         assert "OpenMP spin 2000)" in l["backend"], l
+
+
+def test_bench_warmup_passes_run_uncounted(model):
+    """--warmup N runs N passes before the measured rounds and reports them only on stderr (a cold
+    first pass on a GPU times module loads and graph captures); the CPU's default is none."""
+    args = ["--model", model, "--threads", "2", "--prompt-tokens", "8", "--new-tokens", "4",
+            "--skip-limits", "--json", "--rounds", "2"]
+    for warmup, expect in (([], 0), (["--warmup", "2"], 2)):
+        err = []
+        lines = run_bench(args + warmup, clean_env(), stderr=err)
+        rounds = [l for l in lines if l["measurement"] == "round"]
+        assert len(rounds) == 2, lines
+        assert all(l["warmup_passes"] == expect for l in lines), lines
+        warm = [l for l in err if "warm-up pass" in l]
+        assert len(warm) == expect, err
+        if expect:
+            assert warm[-1].startswith("ltm-bench: warm-up pass 2 of 2 (not counted): prefill "), err
+    p = subprocess.run([BENCH, "--model", model, "--warmup", "11"], capture_output=True, text=True,
+                       timeout=60, env=clean_env())
+    assert p.returncode == 2 and "--warmup must be in [0, 10]" in p.stderr, p.stderr
 
 
 def test_the_exec_keeps_the_process_name(model):
