@@ -53,4 +53,14 @@ void launch_paged_prefill(const PagedAttentionShape& shape, const void* qkv,
                           const void* k_cache, const void* v_cache, void* out, bool skip_single,
                           cudaStream_t stream);
 
+// The tensor-core prefill (attention_prefill_mma.cu): whether it takes `shape` on this device
+// (16-bit activations and cache of one type, head_dim % 16 == 0 and <= 128, 16-byte aligned
+// pointers, compute capability >= 8.0, LTM_CUDA_PREFILL_MMA not 0), and its launch, with
+// launch_paged_prefill's contract.
+bool prefill_mma_applies(const PagedAttentionShape& shape, const void* qkv, const void* k_cache,
+                         const void* v_cache, const void* out);
+void launch_paged_prefill_mma(const PagedAttentionShape& shape, const void* qkv,
+                              const void* k_cache, const void* v_cache, void* out,
+                              bool skip_single, cudaStream_t stream);
+
 }  // namespace ltm::kernels::cuda::detail

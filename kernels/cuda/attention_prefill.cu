@@ -1,4 +1,5 @@
-// Paged attention for prefill (and mixed batches): flash-attention style, float32 on CUDA cores.
+// Paged attention for prefill (and mixed batches): flash-attention style, float32 on CUDA cores,
+// where the tensor-core kernel (attention_prefill_mma.cu) does not apply.
 //
 // Grid (query tile, head, sequence). A block of 128 threads owns kTileQ = 32 query rows of one
 // (sequence, head): it loads them once into shared memory (pre-scaled by 1/sqrt(d_k), zero-padded
@@ -278,6 +279,8 @@ void launch(const PagedAttentionShape& s, const PrefillParams& p, cudaStream_t s
 
 void launch_paged_prefill(const PagedAttentionShape& s, const void* qkv, const void* k_cache,
                           const void* v_cache, void* out, bool skip_single, cudaStream_t stream) {
+  if (prefill_mma_applies(s, qkv, k_cache, v_cache, out))
+    return launch_paged_prefill_mma(s, qkv, k_cache, v_cache, out, skip_single, stream);
   LTM_KERNEL_ASSERT(s.head_dim <= 256, "prefill attention supports head_dim <= 256; got %d",
                     s.head_dim);
   LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && s.n_head <= 65535, "n_seqs %d, n_head %d", s.n_seqs,

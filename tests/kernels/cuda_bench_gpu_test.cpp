@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/model/dtype.h"
 
 namespace ltm {
 namespace {
@@ -78,8 +79,10 @@ class CudaBench : public ::testing::Test {
   }
 
   // n_seqs sequences of `past` cached tokens and `n_new` new rows each, blocks scattered.
+  // bf16: the activations and the cache in bf16 (the tensor-core prefill kernel's case, where it
+  // applies; LTM_CUDA_PREFILL_MMA=0 times the float32 kernel on the same data).
   void bench_attention(const char* what, int n_seqs, int past, int n_new, int n_head,
-                       int head_dim, int block_size, int iters) {
+                       int head_dim, int block_size, int iters, bool bf16 = false) {
     Backend& gpu = *gpu_;
     const int ctx = past + n_new;
     const int max_blocks = (ctx + block_size - 1) / block_size;
@@ -97,9 +100,17 @@ class CudaBench : public ::testing::Test {
     const int n_tokens = n_seqs * n_new;
     const int64_t d_local = static_cast<int64_t>(n_head) * head_dim;
     const int64_t cache = static_cast<int64_t>(n_blocks) * n_head * block_size * head_dim;
+    const size_t elem = bf16 ? 2 : 4;
     DeviceBuffer qkv = random_buffer(n_tokens * 3 * d_local, 8), k = random_buffer(cache, 9),
                 v = random_buffer(cache, 10);
-    DeviceBuffer out = gpu.alloc(n_tokens * d_local * sizeof(float));
+    if (bf16) {  // the same kind of values, as bf16 bits (the caches are written below)
+      std::mt19937 rng(8);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<uint16_t> q16(static_cast<size_t>(n_tokens * 3 * d_local));
+      for (uint16_t& x : q16) x = f32_to_bf16(dist(rng));
+      qkv = upload(q16);
+    }
+    DeviceBuffer out = gpu.alloc(n_tokens * d_local * elem);
     DeviceBuffer d_off = gpu.upload(offsets.data(), offsets.size() * 4, false);
     DeviceBuffer d_len = gpu.upload(lens.data(), lens.size() * 4, false);
     DeviceBuffer d_tab = gpu.upload(tables.data(), tables.size() * 4, false);
@@ -117,16 +128,25 @@ class CudaBench : public ::testing::Test {
     args.n_head = n_head;
     args.head_dim = head_dim;
     args.block_size = block_size;
-    gpu.kv_cache_write(args, qkv.f32(), k.f32(), v.f32());
+    if (bf16) args.act = args.kv = Precision::kBF16;
+    gpu.kv_cache_write(args, qkv.data(), k.data(), v.data());
     const double sec =
-        time_op([&] { gpu.paged_attention(args, qkv.f32(), k.f32(), v.f32(), out.f32()); }, iters);
-    // Keys and values read once per (sequence, head) for decode; per 32-row tile for prefill.
-    const double kv_bytes = 2.0 * n_seqs * static_cast<double>(ctx) * d_local * 4;
+        time_op([&] { gpu.paged_attention(args, qkv.data(), k.data(), v.data(), out.data()); },
+                iters);
+    // Keys and values read once per (sequence, head) for decode; per query tile for prefill.
+    const double kv_bytes = 2.0 * n_seqs * static_cast<double>(ctx) * d_local * elem;
     const double flops = 4.0 * n_seqs * n_head * head_dim *
                          (static_cast<double>(n_new) * past + 0.5 * n_new * (n_new + 1.0));
     std::printf("[ attention %-30s ] %8.3f ms  KV %6.0f GB/s  %6.2f TFLOP/s\n", what, sec * 1e3,
                 kv_bytes / sec / 1e9, flops / sec / 1e12);
-    expect_finite(out, std::min<size_t>(4096, n_tokens * d_local));
+    if (bf16) {
+      std::vector<uint16_t> host(std::min<size_t>(4096, n_tokens * d_local));
+      gpu_->copy_to_host(host.data(), out.data(), host.size() * 2);
+      gpu_->synchronize();
+      for (uint16_t x : host) ASSERT_TRUE(std::isfinite(bf16_to_f32(x)));
+    } else {
+      expect_finite(out, std::min<size_t>(4096, n_tokens * d_local));
+    }
   }
 
   std::unique_ptr<Backend> gpu_;
@@ -171,6 +191,11 @@ TEST_F(CudaBench, DecodeAttention) {
 TEST_F(CudaBench, PrefillAttention) {
   bench_attention("prefill 1 x 2048, 12h d64", 1, 0, 2048, 12, 64, 16, 5);
   bench_attention("prefill 8 x 512, 12h d128", 8, 0, 512, 12, 128, 16, 5);
+  // GPT-3 6.7B's heads (32 x 128) over gpu_check's 2046-token prompt, float32 and bf16.
+  bench_attention("prefill 1 x 2046, 32h d128 f32", 1, 0, 2046, 32, 128, 16, 5);
+  bench_attention("prefill 1 x 2046, 32h d128 bf16", 1, 0, 2046, 32, 128, 16, 5, true);
+  bench_attention("prefill 8 x 512, 12h d128 bf16", 8, 0, 512, 12, 128, 16, 5, true);
+  bench_attention("prefill 1 x 2048, 12h d64 bf16", 1, 0, 2048, 12, 64, 16, 5, true);
 }
 
 }  // namespace
