@@ -25,11 +25,21 @@ namespace {
                            line, ")"));
 }
 
-#define LTM_NCCL_CUDA(expr, op)                                               \
-  do {                                                                        \
-    const cudaError_t _ltm_e = (expr);                                        \
-    if (_ltm_e != cudaSuccess) [[unlikely]]                                   \
-      fail_cuda(_ltm_e, (op), watchdog_.group(), __FILE__, __LINE__);         \
+// Errors that say a context is gone or not the thread's: the message names the contexts.
+bool context_error(cudaError_t e) {
+  return e == cudaErrorContextIsDestroyed || e == cudaErrorInvalidResourceHandle ||
+         e == cudaErrorDeviceUninitialized;
+}
+
+#define LTM_NCCL_CUDA(expr, op)                                                 \
+  do {                                                                          \
+    const cudaError_t _ltm_e = (expr);                                          \
+    if (_ltm_e != cudaSuccess) [[unlikely]]                                     \
+      fail_cuda(_ltm_e,                                                         \
+                context_error(_ltm_e)                                           \
+                    ? absl::StrCat(std::string(op), " (", context_report(), ")") \
+                    : std::string(op),                                          \
+                watchdog_.group(), __FILE__, __LINE__);                         \
   } while (0)
 
 // The thread's current CUDA context. On an H100 with NCCL 2.28.9 (2026-12-06, nccl_gpu_test) the
@@ -43,9 +53,22 @@ namespace {
 // run on a GPU: the next device run's nccl_gpu_test says whether this was the cause. The
 // driver's two functions come through the runtime's entry-point lookup, so nothing links
 // libcuda.
+//
+// A second hypothesis fits the same run: the device's primary context released to no reference
+// during NCCL's initialisation (so destroyed: the runtime then makes a new one for the legacy
+// stream and for new allocations, which is why the legacy-stream test passed, while a stream or
+// event made before belongs to the old one). So the communicator also holds a reference of its
+// own to the primary context for its lifetime (cuDevicePrimaryCtxRetain; the runtime holds
+// another), and a failing CUDA call on its stream names all the contexts (context_report): the
+// next device run tells the two apart.
 struct DriverContext {
   CUresult (*get)(CUcontext*) = nullptr;
   CUresult (*set)(CUcontext) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*primary_release)(CUdevice) = nullptr;
+  CUresult (*primary_state)(CUdevice, unsigned*, int*) = nullptr;
+  CUresult (*stream_context)(CUstream, CUcontext*) = nullptr;
 };
 
 void* driver_entry(const char* name) {
@@ -65,6 +88,15 @@ const DriverContext& driver_context() {
     DriverContext out;
     out.get = reinterpret_cast<CUresult (*)(CUcontext*)>(driver_entry("cuCtxGetCurrent"));
     out.set = reinterpret_cast<CUresult (*)(CUcontext)>(driver_entry("cuCtxSetCurrent"));
+    out.device_get = reinterpret_cast<CUresult (*)(CUdevice*, int)>(driver_entry("cuDeviceGet"));
+    out.primary_retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
+        driver_entry("cuDevicePrimaryCtxRetain"));
+    out.primary_release =
+        reinterpret_cast<CUresult (*)(CUdevice)>(driver_entry("cuDevicePrimaryCtxRelease"));
+    out.primary_state = reinterpret_cast<CUresult (*)(CUdevice, unsigned*, int*)>(
+        driver_entry("cuDevicePrimaryCtxGetState"));
+    out.stream_context = reinterpret_cast<CUresult (*)(CUstream, CUcontext*)>(
+        driver_entry("cuStreamGetCtx"));
     return out;
   }();
   return d;
@@ -76,7 +108,43 @@ void* current_context() {
   return d.get != nullptr && d.get(&c) == CUDA_SUCCESS ? static_cast<void*>(c) : nullptr;
 }
 
+// The driver's handle of CUDA device `ordinal`, or -1.
+CUdevice driver_device(int ordinal) {
+  CUdevice dev = -1;
+  const DriverContext& d = driver_context();
+  return d.device_get != nullptr && d.device_get(&dev, ordinal) == CUDA_SUCCESS ? dev : -1;
+}
+
 }  // namespace
+
+std::string NcclCommunicator::context_report() const {
+  const DriverContext& d = driver_context();
+  std::string primary = "unknown";
+  unsigned flags = 0;
+  int active = 0;
+  const CUdevice dev = driver_device(device_);
+  if (dev >= 0 && d.primary_state != nullptr &&
+      d.primary_state(dev, &flags, &active) == CUDA_SUCCESS)
+    primary = active ? "active" : "inactive (released or reset)";
+  std::string stream = "the legacy stream";
+  if (stream_ != nullptr) {
+    CUcontext c = nullptr;
+    const CUresult r = d.stream_context != nullptr
+                           ? d.stream_context(reinterpret_cast<CUstream>(stream_), &c)
+                           : CUDA_ERROR_NOT_SUPPORTED;
+    char buf[64];
+    if (r == CUDA_SUCCESS) std::snprintf(buf, sizeof(buf), "%p", static_cast<void*>(c));
+    else std::snprintf(buf, sizeof(buf), "unknown (cuStreamGetCtx error %d)", static_cast<int>(r));
+    stream = buf;
+  }
+  char out[320];
+  std::snprintf(out, sizeof(out),
+                "thread's CUDA context %p, the communicator's %p, device %d's primary context "
+                "%s%s, the stream's context %s",
+                current_context(), context_, device_, primary.c_str(),
+                primary_held_ ? " (the communicator holds a reference)" : "", stream.c_str());
+  return out;
+}
 
 void NcclCommunicator::keep_context(std::string_view after) const {
   const DriverContext& d = driver_context();
@@ -110,6 +178,13 @@ NcclCommunicator::NcclCommunicator(Communicator& host, int device, void* stream,
   use_device();
   LTM_NCCL_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "init");
   context_ = current_context();  // the runtime's (primary) context, now that a call made it
+  {
+    const DriverContext& d = driver_context();
+    const CUdevice dev = driver_device(device_);
+    CUcontext primary = nullptr;
+    primary_held_ = dev >= 0 && d.primary_retain != nullptr &&
+                    d.primary_retain(&primary, dev) == CUDA_SUCCESS;
+  }
   LTM_NCCL_CUDA(cudaMalloc(&barrier_buf_, sizeof(float)), "init");
   LTM_NCCL_CUDA(cudaMemset(barrier_buf_, 0, sizeof(float)), "init");
 
@@ -145,6 +220,11 @@ NcclCommunicator::~NcclCommunicator() {
     if (slot.sent != nullptr) cudaEventDestroy(slot.sent);
   }
   if (side_ != nullptr) cudaStreamDestroy(side_);
+  if (primary_held_) {
+    const CUdevice dev = driver_device(device_);
+    if (dev >= 0 && driver_context().primary_release != nullptr)
+      driver_context().primary_release(dev);
+  }
 }
 
 void NcclCommunicator::use_device() const {
@@ -227,11 +307,8 @@ bool NcclCommunicator::capturing() const {
   const cudaError_t e = cudaStreamIsCapturing(stream_, &status);
   if (e != cudaSuccess) [[unlikely]] {
     // Where the H100 run failed (benchmarks.md, "The first device run"): say which contexts.
-    char what[160];
-    std::snprintf(what, sizeof(what),
-                  "cudaStreamIsCapturing (thread's CUDA context %p, the communicator's %p)",
-                  current_context(), context_);
-    fail_cuda(e, what, watchdog_.group(), __FILE__, __LINE__);
+    fail_cuda(e, absl::StrCat("cudaStreamIsCapturing (", context_report(), ")"), watchdog_.group(),
+              __FILE__, __LINE__);
   }
   LTM_ASSERT(status != cudaStreamCaptureStatusInvalidated,
              "the CUDA graph capture on NCCL group ", name(), "'s stream was invalidated");

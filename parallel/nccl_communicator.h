@@ -93,6 +93,9 @@ class NcclCommunicator final : public Communicator {
   double timeout_s() const { return watchdog_.timeout_s(); }
 
   int device() const { return device_; }
+  // The CUDA contexts involved, for error messages and nccl_gpu_test's log: the thread's, the
+  // communicator's, whether the device's primary context is active, and the stream's.
+  std::string context_report() const;
 
  private:
   // Runs one NCCL call (`result` is what it returned) and waits for it: first until the
@@ -145,6 +148,7 @@ class NcclCommunicator final : public Communicator {
   int64_t captured_ = 0;              // operations captured into CUDA graphs so far
   float* barrier_buf_ = nullptr;  // one device float for barrier()
   void* context_ = nullptr;  // the thread's CUDA context (CUcontext) when built: device_'s primary
+  bool primary_held_ = false;  // this communicator holds a reference to device_'s primary context
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;

@@ -85,6 +85,7 @@ TEST(NcclGpu, AStreamCreatedBeforeTheCommunicatorStaysUsable) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   SoloCommunicator host("solo");
   NcclCommunicator comm(host, device, stream);
+  std::printf("after init: %s\n", comm.context_report().c_str());
   float* buf = nullptr;
   ASSERT_EQ(cudaMalloc(&buf, kCount * sizeof(float)), cudaSuccess);
   std::vector<float> h(kCount, 1.5f), back(kCount);
@@ -93,6 +94,7 @@ TEST(NcclGpu, AStreamCreatedBeforeTheCommunicatorStaysUsable) {
                               stream),
               cudaSuccess);
     comm.all_reduce_sum(buf, kCount);
+    std::printf("after all-reduce %d: %s\n", round, comm.context_report().c_str());
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     EXPECT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess) << "round " << round;
     comm.settle();
