@@ -322,14 +322,23 @@ LTM_MMA_HD void finish_warp(W& w, int head_dim, Put&& put) {
 }
 
 // A thread's share of filling the tiles: 16-byte chunk `i` (of rows x kD / kChunk) of a row-major
-// tile, and the same chunk of a V row stored transposed. `src` is the chunk's 8 elements (zeros
-// past the keys or the head).
+// tile (Q, K: consecutive threads take consecutive chunks of a row, so a quarter-warp's 16-byte
+// stores fill distinct banks).
 template <int kD>
 LTM_MMA_HD void chunk_place(int i, int* row, int* col) {
   *row = i / (kD / kChunk);
   *col = (i % (kD / kChunk)) * kChunk;
 }
 
+// The same for V, key-major: consecutive threads take the same columns of consecutive keys, so
+// that their transposed stores (below) go to consecutive elements of one V^T row, two threads a
+// bank word, instead of one bank for the whole row of chunks.
+LTM_MMA_HD void chunk_place_v(int i, int* key, int* col) {
+  *key = i % kTileK;
+  *col = (i / kTileK) * kChunk;
+}
+
+// A V chunk (key's elements col .. col + 7, zeros past the keys or the head) into V^T.
 LTM_MMA_HD void store_transposed(uint16_t* vt_tile, int key, int col, const uint16_t src[kChunk]) {
   LTM_MMA_UNROLL
   for (int j = 0; j < kChunk; ++j) vt_tile[(col + j) * kVtStride + key] = src[j];

@@ -125,13 +125,12 @@ __global__ void __launch_bounds__(am::kThreads, 3)
     for (int i = tid; i < am::kTileK * (kD / am::kChunk); i += am::kThreads) {
       int j, c;
       am::chunk_place<kD>(i, &j, &c);
-      const int64_t base = key_base[j];
-      uint4 k = zero, v = zero;  // zeros past the visible keys and the head
-      if (base >= 0 && c < p.head_dim) {
-        k = load16(k_cache + base + c);
-        v = load16(v_cache + base + c);
-      }
+      const int64_t base = key_base[j];  // zeros past the visible keys and the head
+      const uint4 k = base >= 0 && c < p.head_dim ? load16(k_cache + base + c) : zero;
       *reinterpret_cast<uint4*>(k_s + j * kStride + c) = k;
+      am::chunk_place_v(i, &j, &c);
+      const int64_t vbase = key_base[j];
+      const uint4 v = vbase >= 0 && c < p.head_dim ? load16(v_cache + vbase + c) : zero;
       am::store_transposed(vt_s, j, c, reinterpret_cast<const uint16_t*>(&v));
     }
     __syncthreads();

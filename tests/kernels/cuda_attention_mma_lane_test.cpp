@@ -175,11 +175,11 @@ void run_block(const Batch& b, int q_tile, int head, int seq, std::vector<uint16
       am::chunk_place<kD>(i, &j, &c);
       uint16_t kk[am::kChunk] = {}, vv[am::kChunk] = {};
       if (key_base[j] >= 0 && c < b.head_dim)
-        for (int e = 0; e < am::kChunk; ++e) {
-          kk[e] = b.k[key_base[j] + c + e];
-          vv[e] = b.v[key_base[j] + c + e];
-        }
+        for (int e = 0; e < am::kChunk; ++e) kk[e] = b.k[key_base[j] + c + e];
       std::copy(kk, kk + am::kChunk, k_s.begin() + j * kStride + c);
+      am::chunk_place_v(i, &j, &c);
+      if (key_base[j] >= 0 && c < b.head_dim)
+        for (int e = 0; e < am::kChunk; ++e) vv[e] = b.v[key_base[j] + c + e];
       am::store_transposed(vt_s.data(), j, c, vv);
     }
     for (int w = 0; w < am::kWarps; ++w) {
@@ -322,6 +322,41 @@ TEST(AttentionMmaLanes, WritesOnlyItsRowsAndHead) {
   for (int r = 0; r < 5; ++r)
     for (int col = 0; col < 128; ++col)
       EXPECT_EQ(out[r * 128 + col] != 0x1234, col >= 64) << "row " << r << " column " << col;
+}
+
+// Every chunk of the K and V tiles is filled exactly once by the block's threads, for both head
+// sizes, and a warp's transposed V stores fall in distinct bank words pairwise (two threads a
+// 32-bit word, 16 words a warp: no two threads of a warp store to one bank in different words).
+TEST(AttentionMmaLanes, TileFillsCoverEveryChunkOnce) {
+  for (int d : {64, 128}) {
+    const int chunks = am::kTileK * (d / am::kChunk);
+    std::vector<int> seen_k(static_cast<size_t>(chunks), 0), seen_v(seen_k);
+    for (int i = 0; i < chunks; ++i) {
+      int r, c;
+      d == 64 ? am::chunk_place<64>(i, &r, &c) : am::chunk_place<128>(i, &r, &c);
+      ++seen_k[r * (d / am::kChunk) + c / am::kChunk];
+      am::chunk_place_v(i, &r, &c);
+      ASSERT_LT(r, am::kTileK);
+      ASSERT_LT(c, d);
+      ++seen_v[r * (d / am::kChunk) + c / am::kChunk];
+    }
+    for (int i = 0; i < chunks; ++i) {
+      EXPECT_EQ(seen_k[i], 1) << "K chunk " << i << ", head " << d;
+      EXPECT_EQ(seen_v[i], 1) << "V chunk " << i << ", head " << d;
+    }
+    for (int first = 0; first < chunks; first += 32)
+      for (int e = 0; e < am::kChunk; ++e) {
+        std::vector<int> word_of_bank(32, -1);
+        for (int lane = 0; lane < 32; ++lane) {
+          int key, col;
+          am::chunk_place_v(first + lane, &key, &col);
+          const int word = ((col + e) * am::kVtStride + key) / 2;
+          int& w = word_of_bank[word % 32];
+          EXPECT_TRUE(w == -1 || w == word) << "bank conflict, head " << d << " lane " << lane;
+          w = word;
+        }
+      }
+  }
 }
 
 // The fragment loads read the tiles' padded rows without touching the padding: each element of
