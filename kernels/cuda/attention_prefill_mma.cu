@@ -63,8 +63,17 @@ __device__ __forceinline__ uint4 load16(const uint16_t* p) {
   return *reinterpret_cast<const uint4*>(p);
 }
 
+// Blocks an SM should hold at once: 3 on Hopper (3 x 53 KB of shared memory for 128 dims, 168
+// registers a thread, no spills); 2 below it, where 3 do not fit the shared memory of an A100
+// and the register bound spilled (ptxas for sm_80: 60-68 bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kMinBlocks = 2;
+#else
+constexpr int kMinBlocks = 3;
+#endif
+
 template <int kD, bool kBf16>
-__global__ void __launch_bounds__(am::kThreads, 3)
+__global__ void __launch_bounds__(am::kThreads, kMinBlocks)
     paged_prefill_mma_kernel(const PagedParams p, bool skip_single) {
   constexpr int kStride = am::row_stride(kD);
   const int q_tile = blockIdx.x;
