@@ -105,9 +105,13 @@ LTM_MMA_HD uint32_t load_pair(const uint16_t* p) {
 #endif
 }
 
+// 2^x: on the device one MUFU.EX2 (ex2.approx: ~2 ulp, -inf -> 0, subnormal results flushed),
+// where exp2f without --use_fast_math is a longer sequence; 34 of them a lane a key tile.
 LTM_MMA_HD float fast_exp2(float x) {
 #if defined(__CUDA_ARCH__)
-  return exp2f(x);
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 #else
   return std::exp2(x);
 #endif
