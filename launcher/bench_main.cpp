@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       ("batch", po::value(&batch)->default_value(1), "sequences prefilled and decoded together")
       ("kv-memory-mb", po::value(&o.kv_memory_mb)->default_value(0), "KV cache per rank (0: what the batch needs)")
       ("weight-dtype", po::value(&o.weight_dtype), "f32 | bf16 | fp16 | int8 (default: the checkpoint's; f32 for a config)")
-      ("kv-dtype", po::value(&o.kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16)")
+      ("kv-dtype", po::value(&o.kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, bf16 with bf16 weights on CUDA, else fp16)")
       ("cuda-graphs", po::value(&o.cuda_graphs), "on | off: decode steps as CUDA graphs (default: on with --device cuda)")
       ("lora", po::value(&o.lora)->composing(), "NAME=DIR: a LoRA adapter (repeatable); sequence b runs with the (b mod n)-th")
       ("lora-merge", po::bool_switch(&o.lora_merge), "fold the one --lora adapter into the weights instead")

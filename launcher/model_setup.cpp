@@ -66,8 +66,13 @@ absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
     // 16-bit weights a 16-bit cache adds an error of the same order, halves attention's reads
     // and doubles the tokens a megabyte holds. fp16 rather than bf16: K and V are LayerNorm'd
     // projections, well inside fp16's range, and fp16 keeps 3 more mantissa bits. int8 weights
-    // take an fp16 cache too.
-    p.kv = p.weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
+    // take an fp16 cache too. On CUDA, bf16 weights mean bf16 activations (the backend's
+    // activation_precision), so K and V are bf16 values already: an fp16 cache would keep no
+    // bit more, would overflow past 65504, and would keep the prefill attention off the tensor
+    // cores (attention_prefill_mma.cu takes a cache of the activations' type); a bf16 one.
+    if (p.weights == Precision::kF32) p.kv = Precision::kF32;
+    else if (o.device == "cuda" && p.weights == Precision::kBF16) p.kv = Precision::kBF16;
+    else p.kv = Precision::kF16;
   }
   return p;
 }

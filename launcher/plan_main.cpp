@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       ("device", po::value(&device), "cpu | a100-80gb | h100-sxm | h200 (--list-devices); the figure flags below override its figures")
       ("world-size,n", po::value(&world)->default_value(1), "ranks (tp x pp)")
       ("weight-dtype", po::value(&weight_dtype)->default_value("f32"), "f32 | bf16 | fp16 | int8")
-      ("kv-dtype", po::value(&kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, else fp16, as ltm-worker)")
+      ("kv-dtype", po::value(&kv_dtype), "f32 | bf16 | fp16 (default: f32 with f32 weights, bf16 with bf16 weights on a GPU, else fp16, as ltm-worker)")
       ("context", po::value(&context)->default_value(0), "tokens of context per sequence (0: the model's)")
       ("batch", po::value(&batch)->default_value(32), "sequences decoded together for the throughput estimate and the recommendation")
       ("prefill-chunk", po::value(&prefill_chunk)->default_value(512), "prompt tokens per prefill step (--max-batch-tokens)")
@@ -166,8 +166,11 @@ int main(int argc, char** argv) {
 
   if (!ltm::parse_precision(weight_dtype, &in.weights))
     return fail(absl::StrCat("--weight-dtype '", weight_dtype, "' (f32, bf16, fp16 or int8)"));
-  if (kv_dtype.empty()) {
-    in.kv = in.weights == ltm::Precision::kF32 ? ltm::Precision::kF32 : ltm::Precision::kF16;
+  if (kv_dtype.empty()) {  // as ltm-worker (launcher/model_setup.cpp, choose_precisions)
+    const bool gpu = !device.empty() && device != "cpu";
+    in.kv = in.weights == ltm::Precision::kF32                 ? ltm::Precision::kF32
+            : gpu && in.weights == ltm::Precision::kBF16 ? ltm::Precision::kBF16
+                                                               : ltm::Precision::kF16;
   } else if (!ltm::parse_precision(kv_dtype, &in.kv) || in.kv == ltm::Precision::kInt8) {
     return fail(absl::StrCat("--kv-dtype '", kv_dtype, "' (f32, bf16 or fp16)"));
   }

@@ -71,7 +71,7 @@ po::options_description describe(WorkerOptions* o) {
       ("draft-model", po::value(&o->draft_model), "--speculative draft: the draft model, an HF folder (or a config .json: random weights) with the target's tokenizer; rank 0 runs it on the CPU; it proposes greedily at temperature 0 and samples its proposals at temperature > 0 (verified by the rejection-sampling rule)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load")
-      ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, fp16 with 16-bit weights)");
+      ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, bf16 with bf16 weights on CUDA, else fp16)");
   po::options_description serve("Serving");
   serve.add_options()
       ("listen", po::value(&o->listen), "serve the gRPC API on ADDR:PORT (rank 0)")

@@ -78,6 +78,20 @@ def test_plan_text_names_every_figure_and_a_recommendation():
         assert needed in text, needed
 
 
+def test_plan_takes_the_workers_default_cache_type():
+    """bf16 weights on a GPU get a bf16 KV cache (CUDA's activations are bf16 then), on the CPU
+    an fp16 one, as ltm-worker chooses (launcher/model_setup.cpp); --kv-dtype overrides it."""
+    big = os.path.join(SOURCE, "configs", "gpt3-6.7b.json")
+    for device, kv in (("h100-sxm", "bf16"), ("a100-80gb", "bf16"), ("cpu", "fp16")):
+        d = plan_json("--model", big, "--device", device, "--weight-dtype", "bf16")
+        assert (d["weight_dtype"], d["kv_dtype"]) == ("bf16", kv), (device, d["kv_dtype"])
+    d = plan_json("--model", big, "--device", "h100-sxm", "--weight-dtype", "fp16")
+    assert d["kv_dtype"] == "fp16"
+    d = plan_json("--model", big, "--device", "h100-sxm", "--weight-dtype", "bf16",
+                  "--kv-dtype", "fp16")
+    assert d["kv_dtype"] == "fp16"
+
+
 def test_plan_refuses_bad_input_with_a_clear_message():
     p = plan("--model", MODEL, "--device", "tpu-v9", check=False)
     assert p.returncode == 2 and "'tpu-v9' is not in the table" in p.stderr, p.stderr
