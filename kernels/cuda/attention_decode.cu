@@ -3,10 +3,10 @@
 // Grid (head, sequence, partition); a block of kWarps warps covers the keys
 // [partition * partition_tokens, +partition_tokens) of one (sequence, head). Warp w takes the
 // partition's KV blocks w, w + kWarps, ... and, per KV block:
-//   1. scores: a group of `lanes_per_key` lanes (a power of two, enough to give each lane about one
-//      float4 of the head) computes one key's q.k; a warp covers 32 / lanes_per_key keys per pass,
-//      reading them as one contiguous, coalesced run of the block (keys of a head are contiguous in
-//      the [n_blocks, n_head, block_size, d_k] layout);
+//   1. scores: a group of `lanes_per_key` lanes (a power of two, enough to give each lane up to
+//      kMaxVecsPerLane float4 of the head) computes one key's q.k; a warp covers
+//      32 / lanes_per_key keys per pass, reading them as one contiguous run of the block (keys of
+//      a head are contiguous in the [n_blocks, n_head, block_size, d_k] layout);
 //   2. online softmax: new running max m' = max(m, block max); the accumulator and running sum are
 //      rescaled by exp(m - m'), the block's weights are exp(s - m');
 //   3. acc += sum_k w_k v_k, each lane owning the same float4 columns it used for the scores.
@@ -16,6 +16,8 @@
 // The cache elements (float, bf16 or fp16: the template's C) are converted to float as they are
 // loaded; a 16-bit cache halves the bytes each key costs, which is what bounds decode.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/attention_launch.h"
 #include "kernels/cuda/cuda_check.h"
@@ -91,11 +93,25 @@ struct ActIo<1> {
   }
 };
 
-// Lanes cooperating on one key: the smallest power of two >= vecs (one vector per lane), <= 32.
-__host__ __device__ inline int lanes_per_key(int vecs) {
+// Lanes cooperating on one key: the smallest power of two giving each lane at most
+// `vecs_per_lane` of the head's `vecs` vectors, <= 32. The kernel takes kMaxVecsPerLane: a lane
+// then keeps that many independent loads in flight and a warp scores several keys a pass (128
+// dims: 8 lanes a key, 4 keys a pass, 3 shuffles a pass), where one vector a lane (the kernel
+// before 2026-12-06, LTM_CUDA_DECODE_VECS=1) scored one key a pass with a 5-shuffle reduction
+// after one load, 16 dependent rounds a KV block: latency, ~14 us a layer on the H100 at a
+// context of ~10 (the first device run's profile).
+__host__ __device__ inline int lanes_per_key(int vecs, int vecs_per_lane) {
   int lanes = 1;
-  while (lanes < vecs && lanes < kWarpSize) lanes *= 2;
+  while (lanes * vecs_per_lane < vecs && lanes < kWarpSize) lanes *= 2;
   return lanes;
+}
+
+int decode_vecs_per_lane() {
+  static const int v = [] {
+    const char* e = std::getenv("LTM_CUDA_DECODE_VECS");
+    return e != nullptr && std::strcmp(e, "1") == 0 ? 1 : kMaxVecsPerLane;
+  }();
+  return v;
 }
 
 struct DecodeParams : PagedParams {
@@ -104,6 +120,7 @@ struct DecodeParams : PagedParams {
   int partition_tokens;  // a multiple of block_size
   int n_partitions;      // gridDim.z
   int single_only;       // mixed batch: only sequences with exactly one new row are ours
+  int group_lanes;       // lanes_per_key(head_dim / kVec, decode_vecs_per_lane())
 };
 
 template <int kVec, typename C>
@@ -137,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  const int group_lanes = lanes_per_key(n_vec);
+  const int group_lanes = p.group_lanes;
   const int keys_per_pass = kWarpSize / group_lanes;
   const int group = lane / group_lanes;  // which key of the pass
   const int lig = lane % group_lanes;    // lane in group: vectors lig, lig + group_lanes, ...
@@ -350,7 +367,8 @@ void launch_paged_decode(const PagedAttentionShape& s, const void* qkv, const vo
   const int n_vec = s.head_dim / kvec;
   LTM_KERNEL_ASSERT(s.n_seqs <= 65535 && partitions_fit_grid(s), "decode attention: %d sequences, "
                     "context %d", s.n_seqs, s.max_context_len);
-  LTM_KERNEL_ASSERT(ceil_div(n_vec, lanes_per_key(n_vec)) <= kMaxVecsPerLane,
+  const int group_lanes = lanes_per_key(n_vec, decode_vecs_per_lane());
+  LTM_KERNEL_ASSERT(ceil_div(n_vec, group_lanes) <= kMaxVecsPerLane,
                     "decode attention supports head_dim <= 512 (multiple of 4) or <= 128; got %d",
                     s.head_dim);
   DecodeParams p{};
@@ -358,6 +376,7 @@ void launch_paged_decode(const PagedAttentionShape& s, const void* qkv, const vo
   p.partition_tokens = partition_tokens(s.block_size);
   p.n_partitions = decode_partitions(s);
   p.single_only = single_only ? 1 : 0;
+  p.group_lanes = group_lanes;
   if (p.n_partitions > 1) {
     LTM_KERNEL_ASSERT(workspace != nullptr, "decode attention over %d partitions needs a workspace",
                       p.n_partitions);

@@ -234,7 +234,8 @@ LTM_MMA_HD void attend_tile(W& w, const uint16_t* q_rows, const uint16_t* k_tile
       }
   });
   w.quad_max();
-  // New maxima; weights rounded to 16 bits; the old sums and outputs rescaled.
+  // New maxima, the weights (float32 here; split in two 16-bit parts for P V below), and the old
+  // sums and outputs rescaled.
   w.each([&](Lane<kD>& st, int) {
     float alpha[2];
     LTM_MMA_UNROLL

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_ab against a stub ltm-bench (no GPU needed) whose figures depend on the switches'
 # environment: each pair's median new / old ratio must come out as the stub's (prefill 1.5,
-# bias 1.1, int8 reads 1.2) with the runs alternated; a failing ltm-bench must make it exit 1; a
-# budget too small for all runs must stop it with the pairs it could not finish named; no
-# ltm-bench must exit 2.
+# bias 1.1, int8 reads 1.2, decode lanes 1.05) with the runs alternated; a failing ltm-bench must
+# make it exit 1; a budget too small for all runs must stop it with the pairs it could not finish
+# named; no ltm-bench must exit 2.
 #   check_gpu_ab.sh SOURCE_DIR PYTHON
 set -uo pipefail
 src=$1
@@ -22,6 +22,7 @@ time.sleep($3)
 e = os.environ.get
 prefill = 100.0 * (1.5 if e("LTM_CUDA_PREFILL_MMA") != "0" else 1.0)
 decode = 100.0 * (1.1 if e("LTM_CUDA_BIAS_AT_LOAD") != "0" else 1.0)
+decode *= 1.05 if e("LTM_CUDA_DECODE_VECS") != "1" else 1.0
 if "int8" in sys.argv:
     decode *= 1.2 if e("LTM_CUDA_INT8_READS") != "2" else 1.0
 print(json.dumps({"measurement": "prefill", "tokens_per_s": prefill}))
@@ -44,7 +45,7 @@ run ok --build "$tmp/ok" --rounds 3
 "$py" - "$tmp/ok/out/ab.json" <<'PY' || bad=1
 import json, sys
 j = json.load(open(sys.argv[1]))
-want = {"prefill_mma": 1.5, "bias_at_load": 1.1, "int8_reads": 1.2}
+want = {"prefill_mma": 1.5, "bias_at_load": 1.1, "int8_reads": 1.2, "decode_lanes": 1.05}
 for name, ratio in want.items():
     p = j["pairs"][name]
     if len(p["ratios"]) != 3 or abs(p["median_ratio"] - ratio) > 1e-9:
