@@ -298,7 +298,9 @@ int main(int argc, char** argv) {
       rs.engine->shutdown();
       return 2;
     }
-    std::fprintf(stderr, "ltm-bench: warm-up pass %d of %d (not counted): prefill %.1f, decode %.1f tokens/s\n",
+    std::fprintf(stderr,
+                 "ltm-bench: warm-up pass %d of %d (not counted): prefill %.1f, decode %.1f "
+                 "tokens/s\n",
                  r + 1, warmup, w->prefill_tps, w->decode_tps);
   }
   // The limits are probed before the pass and after it (the best round counts); before it only

@@ -81,7 +81,8 @@ def test_bench_warmup_passes_run_uncounted(model):
         warm = [l for l in err if "warm-up pass" in l]
         assert len(warm) == expect, err
         if expect:
-            assert warm[-1].startswith("ltm-bench: warm-up pass 2 of 2 (not counted): prefill "), err
+            want = "ltm-bench: warm-up pass 2 of 2 (not counted): prefill "
+            assert warm[-1].startswith(want), err
     p = subprocess.run([BENCH, "--model", model, "--warmup", "11"], capture_output=True, text=True,
                        timeout=60, env=clean_env())
     assert p.returncode == 2 and "--warmup must be in [0, 10]" in p.stderr, p.stderr
