@@ -62,7 +62,8 @@ def main():
     print(f"copy bandwidth {bw / 1e9:.1f} GB/s, bf16 GEMM {gemm / 1e12:.1f} TFLOP/s")
     results, problems = {}, []
     for step, kind in (("bench_decode_b1", "decode"), ("bench_decode_b64", "decode"),
-                       ("bench_prefill_2048", "prefill"), ("bench_decode_b1_int8", "decode")):
+                       ("bench_prefill_2048", "prefill"), ("bench_decode_b1_int8", "decode"),
+                       ("bench_decode_b64_int8", "decode")):
         m = [j for j in json_lines(os.path.join(d, step + ".log")) if j.get("measurement") == kind]
         if not m:
             problems.append(f"{step}: no measurement")

@@ -111,7 +111,8 @@ run() {
 steps="gpu build gpu_test:cuda_graphs_gpu_test gpu_test:kernels_gpu_test model_bf16_vs_cpu_f32
   graph_replay_equals_eager device_sampling_equals_host nccl_allreduce_in_graph
   nccl_init_timeout_abort limits_before bench_decode_b1 bench_decode_b64 bench_prefill_2048
-  bench_decode_b1_int8 limits_after targets profile_decode_b1 profile_prefill_2048"
+  bench_decode_b1_int8 bench_decode_b64_int8 limits_after targets profile_decode_b1
+  profile_prefill_2048"
 
 run pass pass
 [ "$rc" -eq 0 ] || fail "a passing stub set: exit $rc"
