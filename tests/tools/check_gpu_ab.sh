@@ -5,13 +5,8 @@
 # make it exit 1; a budget too small for all runs must stop it with the pairs it could not finish
 # named; no ltm-bench must exit 2.
 #   check_gpu_ab.sh SOURCE_DIR PYTHON
-set -uo pipefail
-src=$1
-py=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-bad=0
-fail() { echo "FAIL: $*"; bad=1; }
+# shellcheck source=tests/tools/check_lib.sh
+source "$(dirname "$0")/check_lib.sh"
 
 stub() {  # stub DIR EXIT SLEEP
   mkdir -p "$1/launcher"

@@ -5,13 +5,8 @@
 # line per step, the missing one "not built"; and a machine without a GPU (nvidia-smi failing)
 # must fail at once.
 #   check_gpu_check.sh SOURCE_DIR PYTHON
-set -uo pipefail
-src=$1
-py=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-bad=0
-fail() { echo "FAIL: $*"; bad=1; }
+# shellcheck source=tests/tools/check_lib.sh
+source "$(dirname "$0")/check_lib.sh"
 
 # stubs DIR MODE (pass | fail | nogpu): a PATH folder and a build folder of stub programs.
 stubs() {
