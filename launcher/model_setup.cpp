@@ -46,8 +46,9 @@ absl::StatusOr<ModelConfig> load_config_for(const std::string& model) {
   return absl::NotFoundError(absl::StrCat("--model ", model, ": no such folder or config file"));
 }
 
-absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
-                                            std::optional<DType> checkpoint_dtype) {
+absl::StatusOr<Precisions> choose_precisions(
+    const WorkerOptions& o, std::optional<DType> checkpoint_dtype,
+    const std::function<Precision(Precision)>& activations) {
   Precisions p;
   if (!o.weight_dtype.empty()) {
     if (!parse_precision(o.weight_dtype, &p.weights))
@@ -62,17 +63,7 @@ absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
       return absl::InvalidArgumentError(
           absl::StrCat("--kv-dtype '", o.kv_dtype, "' (f32, bf16 or fp16)"));
   } else {
-    // f32 weights keep the whole computation fp32 (it matches the reference to 1e-6); with
-    // 16-bit weights a 16-bit cache adds an error of the same order, halves attention's reads
-    // and doubles the tokens a megabyte holds. fp16 rather than bf16: K and V are LayerNorm'd
-    // projections, well inside fp16's range, and fp16 keeps 3 more mantissa bits. int8 weights
-    // take an fp16 cache too. On CUDA, bf16 weights mean bf16 activations (the backend's
-    // activation_precision), so K and V are bf16 values already: an fp16 cache would keep no
-    // bit more, would overflow past 65504, and would keep the prefill attention off the tensor
-    // cores (attention_prefill_mma.cu takes a cache of the activations' type); a bf16 one.
-    if (p.weights == Precision::kF32) p.kv = Precision::kF32;
-    else if (o.device == "cuda" && p.weights == Precision::kBF16) p.kv = Precision::kBF16;
-    else p.kv = Precision::kF16;
+    p.kv = default_kv_precision(p.weights, activations(p.weights));
   }
   return p;
 }
@@ -179,7 +170,11 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
                  dtype_name(*rs->checkpoint_dtype));
     ckpt.emplace(std::move(opened));
   }
-  LTM_ASSIGN_OR_RETURN(const Precisions precisions, choose_precisions(o, rs->checkpoint_dtype));
+  const Backend& backend = *rs->backend;
+  LTM_ASSIGN_OR_RETURN(
+      const Precisions precisions,
+      choose_precisions(o, rs->checkpoint_dtype,
+                        [&](Precision w) { return backend.activation_precision(w); }));
   if (!rs->backend->supports(precisions.weights, precisions.kv))
     return absl::InvalidArgumentError(absl::StrCat(
         "--weight-dtype ", precision_name(precisions.weights), " --kv-dtype ",

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -53,13 +54,16 @@ struct RankSetup {
 };
 
 // The element types of the weights and the KV cache for these flags and this checkpoint
-// (see WorkerOptions::weight_dtype / kv_dtype).
+// (see WorkerOptions::weight_dtype / kv_dtype), on a backend whose activations for given weights
+// are `activations(weights)` (Backend::activation_precision): the cache's default is
+// default_kv_precision's.
 struct Precisions {
   Precision weights = Precision::kF32;
   Precision kv = Precision::kF32;
 };
-absl::StatusOr<Precisions> choose_precisions(const WorkerOptions& o,
-                                            std::optional<DType> checkpoint_dtype);
+absl::StatusOr<Precisions> choose_precisions(
+    const WorkerOptions& o, std::optional<DType> checkpoint_dtype,
+    const std::function<Precision(Precision)>& activations);
 
 // Starts MPI, checks the layout against the model before reading any weight (InvalidArgument
 // naming the numbers), loads this rank's slices and sizes the KV cache. Errors: InvalidArgument

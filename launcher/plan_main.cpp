@@ -166,11 +166,10 @@ int main(int argc, char** argv) {
 
   if (!ltm::parse_precision(weight_dtype, &in.weights))
     return fail(absl::StrCat("--weight-dtype '", weight_dtype, "' (f32, bf16, fp16 or int8)"));
-  if (kv_dtype.empty()) {  // as ltm-worker (launcher/model_setup.cpp, choose_precisions)
+  if (kv_dtype.empty()) {  // as ltm-worker: a GPU kind computes in the weights' 16 bits
     const bool gpu = !device.empty() && device != "cpu";
-    in.kv = in.weights == ltm::Precision::kF32                 ? ltm::Precision::kF32
-            : gpu && in.weights == ltm::Precision::kBF16 ? ltm::Precision::kBF16
-                                                               : ltm::Precision::kF16;
+    in.kv = ltm::default_kv_precision(
+        in.weights, gpu ? ltm::device_activation_precision(in.weights) : ltm::Precision::kF32);
   } else if (!ltm::parse_precision(kv_dtype, &in.kv) || in.kv == ltm::Precision::kInt8) {
     return fail(absl::StrCat("--kv-dtype '", kv_dtype, "' (f32, bf16 or fp16)"));
   }

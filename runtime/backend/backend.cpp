@@ -43,6 +43,15 @@ bool parse_precision(std::string_view name, Precision* out) {
   return true;
 }
 
+Precision device_activation_precision(Precision weights) {
+  return weights == Precision::kInt8 ? Precision::kF16 : weights;
+}
+
+Precision default_kv_precision(Precision weights, Precision activations) {
+  if (activations != Precision::kF32) return activations;
+  return weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
+}
+
 float* Act::f32() const {
   LTM_ASSERT(type == Precision::kF32, "fp32 activations expected, got ", precision_name(type));
   return static_cast<float*>(data);

@@ -35,6 +35,17 @@ const char* precision_name(Precision p);  // "f32", "bf16", "fp16", "int8"
 double weight_element_bytes(Precision p);
 // "f32" | "fp32", "bf16", "fp16" | "f16", "int8"; false for anything else.
 bool parse_precision(std::string_view name, Precision* out);
+// The activations of a backend that computes in 16 bits (CUDA): the weights' type, fp16 for int8
+// weights (the type their many-row GEMMs dequantize into), fp32 for fp32 weights.
+Precision device_activation_precision(Precision weights);
+// The KV cache's type when --kv-dtype is not given, for weights of `weights` and activations of
+// `activations` (Backend::activation_precision): fp32 with fp32 weights (fp32 end to end); with
+// 16-bit activations their type, since K and V are values of it already (a cache of another type
+// keeps no bit more, and the tensor-core prefill attention takes a cache of the activations'
+// type); else fp16, which halves attention's reads for an error of the weights' order and keeps
+// 3 more mantissa bits than bf16 of the fp32 K and V (well inside its range: LayerNorm'd
+// projections). ltm-worker, ltm-plan and the draft model all ask this.
+Precision default_kv_precision(Precision weights, Precision activations);
 
 // Memory owned by a backend (or a view of memory someone else keeps alive). Move-only.
 class DeviceBuffer {

@@ -183,7 +183,7 @@ class CudaBackend final : public Backend {
   // int8 weights: fp16 (the type their many-row GEMMs dequantize into).
   Precision activation_precision(Precision weights) const override {
     if (f32_activations_) return Precision::kF32;
-    return weights == Precision::kInt8 ? Precision::kF16 : weights;
+    return device_activation_precision(weights);
   }
   int64_t device_memory_bytes() const override {
     size_t free_bytes = 0, total_bytes = 0;

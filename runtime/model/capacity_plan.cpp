@@ -178,7 +178,7 @@ DraftMemory draft_memory(const ModelConfig& c, Precision weights, int32_t block_
                          int32_t max_sequences) {
   DraftMemory m;
   m.weights = weights;
-  m.kv = weights == Precision::kF32 ? Precision::kF32 : Precision::kF16;
+  m.kv = default_kv_precision(weights, Precision::kF32);  // its bytes: 16-bit types alike
   m.parameters = c.parameter_count();
   m.weight_bytes = weight_bytes_per_rank(c, ShardSpec{}, weights);
   m.max_sequences = std::max(1, max_sequences);

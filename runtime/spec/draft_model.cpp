@@ -58,11 +58,12 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   } else {
     source = make_random_source(*config, o.init_seed, o.init_std);
   }
-  // Sized as ltm-plan counts it (capacity_plan.h, draft_memory): as the target's default
-  // (launcher/model_setup.cpp, choose_precisions), a 16-bit cache with 16-bit weights; a full
-  // context for each of max_sequences sequences.
+  // Sized as ltm-plan counts it (capacity_plan.h, draft_memory): a full context for each of
+  // max_sequences sequences; the cache's type is the target's default for this backend
+  // (default_kv_precision: bf16 with bf16 weights on CUDA, of the same size as draft_memory's).
   const DraftMemory sizing = draft_memory(*config, mopts.weights, p->block_size_, o.max_sequences);
-  p->kv_precision_ = sizing.kv;
+  p->kv_precision_ = default_kv_precision(mopts.weights,
+                                          p->backend_->activation_precision(mopts.weights));
   if (!p->backend_->supports(mopts.weights, p->kv_precision_))
     return absl::InvalidArgumentError(absl::StrCat(
         "--draft-model ", o.dir, ": ", p->backend_->describe(), " does not hold ",
