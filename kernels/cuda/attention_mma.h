@@ -18,8 +18,8 @@
 // transposed tile. P is split into two 16-bit parts, hi = round(P) and lo = round(P - hi), and
 // multiplied as two products: P then keeps ~16 significant bits instead of 8 (bf16) or 11 (fp16),
 // so the kernel meets the float32 kernel's tolerance (the output's own rounding, plus 1e-4) where
-// rounding P once would not near outputs that cancel to ~0; it costs a third more tensor-core
-// work than one product (S and P V were half each).
+// rounding P once would not near outputs that cancel to ~0; it costs half as much tensor-core
+// work again (128 dims: 64 mma for S and 2 x 64 for P V a warp and key tile, against 64 + 64).
 //
 // mma.m16n8k16 fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4 g + t:
 //   A (16 x 16, row major): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9],
