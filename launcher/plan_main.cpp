@@ -22,6 +22,7 @@
 #include "runtime/model/capacity_plan.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/model_config.h"
+#include "runtime/spec/proposer.h"
 
 namespace {
 
@@ -62,7 +63,8 @@ absl::StatusOr<ltm::Precision> draft_weights(const std::string& dir, const ltm::
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
   std::string model, device, weight_dtype = "f32", kv_dtype, speculative = "off", draft_model;
-  int world = 1, batch = 32, devices_per_node = 0, max_running = 64, spec_max_batch = 4,
+  int world = 1, batch = 32, devices_per_node = 0, max_running = 64,
+      spec_max_batch = ltm::SpecOptions::kDraftMaxBatch,
       spec_tokens = 5;
   double gpu_memory_fraction = 0.9;
   int64_t context = 0, prefill_chunk = 512, kv_memory_mb = 0;
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
       ("max-running", po::value(&max_running)->default_value(64), "ltm-worker's --max-running (a GPU's activations)")
       ("speculative", po::value(&speculative)->default_value("off"), "ltm-worker's --speculative: off | ngram | draft (draft: rank 0 also holds --draft-model, counted in its memory)")
       ("draft-model", po::value(&draft_model), "ltm-worker's --draft-model (with --speculative draft): its folder or config .json")
-      ("spec-max-batch", po::value(&spec_max_batch)->default_value(4), "ltm-worker's --spec-max-batch (the draft keeps a context of KV for this many sequences + 1)")
+      ("spec-max-batch", po::value(&spec_max_batch)->default_value(ltm::SpecOptions::kDraftMaxBatch), "ltm-worker's --spec-max-batch (the draft keeps a context of KV for this many sequences + 1)")
       ("spec-tokens", po::value(&spec_tokens)->default_value(5), "ltm-worker's --spec-tokens (accepted; does not change memory)")
       ("kv-resident", po::bool_switch(&kv_resident), "ltm-worker's --kv-resident: the CPU KV cache resident from start-up (counted in the start-up figure)")
       ("one-shot", po::bool_switch(&one_shot), "size the KV cache as the one-shot command does (default: as a server)")

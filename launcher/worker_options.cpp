@@ -4,6 +4,7 @@
 
 #include "launcher/lora_setup.h"
 #include "runtime/backend/backend.h"
+#include "runtime/spec/proposer.h"
 
 #include <cstdio>
 #include <cstring>
@@ -67,7 +68,8 @@ po::options_description describe(WorkerOptions* o) {
       ("prefix-cache", po::value(&o->prefix_cache)->default_value("on"), "on | off: keep finished requests' full KV blocks and reuse them for prompts that start the same")
       ("speculative", po::value(&o->speculative)->default_value("off"), "off | ngram | draft: speculative decoding; ngram (prompt lookup) guesses a decoding sequence's next tokens from its own prompt and output and the model verifies them in one step (same tokens as off, faster where the text repeats); draft: a small draft model (--draft-model)")
       ("spec-tokens", po::value(&o->spec_tokens)->default_value(5), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
-      ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(4), "speculative decoding: only while at most this many sequences run (a bigger batch loses throughput by it)")
+      ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(0), "speculative decoding: only while at most this many sequences run; 0: by mode, every batch with ngram (the measured cost of a draft row stops it where it would lose), 4 with draft (whose KV cache holds that many + 1)")
+      ("spec-token-cost", po::value(&o->spec_token_cost)->default_value(0.0), "speculative decoding: what a draft row costs against a decode step, for the draft length; 0: measured from the server's own decode steps")
       ("draft-model", po::value(&o->draft_model), "--speculative draft: the draft model, an HF folder (or a config .json: random weights) with the target's tokenizer; rank 0 runs it on the CPU; it proposes greedily at temperature 0 and samples its proposals at temperature > 0 (verified by the rejection-sampling rule)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load")
@@ -222,7 +224,11 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
       return fail(absl::StrCat("--draft-model ", o->draft_model, ": no such folder or config file"));
   }
   if (o->spec_tokens < 1 || o->spec_tokens > 64) return fail("--spec-tokens must be in [1, 64]");
-  if (o->spec_max_batch < 1) return fail("--spec-max-batch must be at least 1");
+  if (o->spec_max_batch < 0) return fail("--spec-max-batch must be at least 1 (or 0: by mode)");
+  if (o->spec_max_batch == 0)
+    o->spec_max_batch = o->speculative == "draft" ? SpecOptions::kDraftMaxBatch : o->max_running;
+  if (!(o->spec_token_cost >= 0 && o->spec_token_cost <= 10))
+    return fail("--spec-token-cost must be in [0, 10] (0: measured)");
   if (o->prefix_cache != "on" && o->prefix_cache != "off")
     return fail(absl::StrCat("--prefix-cache must be on or off, not '", o->prefix_cache, "'"));
   for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--weight-dtype", &o->weight_dtype},

@@ -52,7 +52,8 @@ struct WorkerOptions {
   // most, and the most running sequences it is used with.
   std::string speculative = "off";
   int32_t spec_tokens = 5;
-  int32_t spec_max_batch = 4;
+  int32_t spec_max_batch = 0;  // 0 on the command line: by mode (worker_options.cpp)
+  double spec_token_cost = 0;  // 0: measured (SpecOptions::token_cost)
   std::string draft_model;  // --speculative draft: the draft model's folder (or config .json)
   // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
   // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.

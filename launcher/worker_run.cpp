@@ -53,6 +53,7 @@ SpecOptions spec_options(const WorkerOptions& o, std::shared_ptr<Proposer> draft
   spec.mode = *parse_spec_mode(o.speculative);  // validated with the command line
   spec.max_tokens = o.spec_tokens;
   spec.max_batch = o.spec_max_batch;
+  spec.token_cost = o.spec_token_cost;
   spec.proposer = std::move(draft);  // --speculative draft's; ngram makes its own
   return spec;
 }

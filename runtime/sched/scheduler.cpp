@@ -301,8 +301,10 @@ bool Scheduler::step() {
     // The plan's service time: since it went out, or since the previous one came back when it
     // waited behind that one (micro-batches).
     const Clock::time_point now = this->now();
-    cost_.observe(plan->tokens, std::chrono::duration<double>(
-                                    now - std::max(plan->t_submit, last_collect_)).count());
+    const double seconds =
+        std::chrono::duration<double>(now - std::max(plan->t_submit, last_collect_)).count();
+    cost_.observe(plan->tokens, seconds);
+    if (plan->decode_only) decode_cost_.observe(plan->tokens, seconds);
     last_collect_ = now;
     process_results(*plan, out);
   }
@@ -350,6 +352,7 @@ bool Scheduler::submit_plan() {
       plan_drafts(seq, budget - 1);  // decoding: the drafts proposed, to verify
     else
       seq->drafts.clear();
+    if (pending != 1) plan->decode_only = false;
     const int32_t chunk = std::min(pending + static_cast<int32_t>(seq->drafts.size()), budget);
     const int32_t need = blocks_for(seq->n_computed + chunk, block_size_) -
                          static_cast<int32_t>(seq->blocks.size());
@@ -387,6 +390,7 @@ bool Scheduler::submit_plan() {
     Sequence* seq = waiting_.front().get();
     if (!admit_blocks(seq)) break;
     seq->drafts.clear();
+    plan->decode_only = false;
     const int32_t chunk =
         std::min(static_cast<int32_t>(seq->tokens.size()) - seq->n_computed, budget);
     LTM_ASSERT(blocks_.allocate(blocks_for(seq->n_computed + chunk, block_size_) -

@@ -28,6 +28,7 @@
 #include "runtime/sched/block_allocator.h"
 #include "runtime/sched/metrics.h"
 #include "runtime/sched/request.h"
+#include "runtime/spec/draft_cost.h"
 #include "runtime/spec/proposer.h"
 #include "runtime/text/stop_strings.h"
 #include "runtime/text/tokenizer.h"
@@ -206,6 +207,9 @@ class Scheduler final : public RequestSink {
   std::deque<std::unique_ptr<InFlightPlan>> in_flight_;  // submitted, samples not yet back
   uint64_t next_seq_id_ = 1;
   StepCostModel cost_;                  // step times as measured
+  // Speculative decoding's price of a draft row (scheduler_spec.cpp): the steps that only
+  // decode, their times against their rows (runtime/spec/draft_cost.h).
+  DraftCostModel decode_cost_;
   std::chrono::steady_clock::time_point last_collect_{};     // when the previous plan's samples came back
   // What submit() projects over (guarded by mu_): the step thread's copy after each step.
   StepCostModel published_cost_;

@@ -73,6 +73,7 @@ struct Scheduler::InFlightPlan {
   std::vector<Row> rows;  // one per logit row
   bool want_logits = false;
   int32_t tokens = 0;  // computed by the plan
+  bool decode_only = true;  // every sequence in it decodes (no prompt chunk): decode_cost_
   std::chrono::steady_clock::time_point t_submit;
 };
 

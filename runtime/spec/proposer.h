@@ -123,11 +123,12 @@ class NgramProposer final : public Proposer {
 // the chance that a draft is accepted given that the drafts before it were (accepted drafts over
 // drafts examined: the accepted ones and the first rejected one), and picks the k in
 // [0, max_tokens] that maximises the tokens a step yields per unit of step cost,
-//     (1 + a + ... + a^k) / (1 + token_cost * k),
+//     (1 + a + ... + a^k) / (1 + token_cost * k), if that beats k = 0 by kMinGain,
 // token_cost being what one more token in a sequence's step costs against the step itself (the
 // scheduler measures it: see SpecOptions::token_cost). A
 // sequence whose drafts keep failing gets k = 0; every probe_every-th such step still probes
-// with one draft, so it recovers when the text turns repetitive.
+// with one draft, so it recovers when the text turns repetitive (kRareProbe times less often
+// where the rows cost so much that even drafts accepted at kProbeAcceptance would not pay).
 class DraftLength {
  public:
   explicit DraftLength(int32_t max_tokens) : max_tokens_(max_tokens) {}
@@ -139,6 +140,14 @@ class DraftLength {
 
   static constexpr double kPrior = 0.5, kPriorWeight = 1.0, kDecay = 0.85;
   static constexpr int32_t kProbeEvery = 8;
+  static constexpr double kProbeAcceptance = 0.8;
+  static constexpr int32_t kRareProbe = 4;
+  // Drafts only where they are expected to gain at least this much: near the break-even (a
+  // batch whose rows cost nearly a step each) the estimates of acceptance and cost are too noisy
+  // for a predicted gain of a few percent to be one (GPT-2-124M at 16 sequences on two cores:
+  // 0.91 of off's tokens/s without it, 0.97 with it; docs/benchmarks.md, "Speculative
+  // decoding").
+  static constexpr double kMinGain = 0.1;
 
  private:
   int32_t max_tokens_;
@@ -146,8 +155,9 @@ class DraftLength {
   int32_t idle_ = 0;
 };
 
-// The best k for acceptance `a`, as DraftLength::next() computes it (for tests and tools).
-int32_t best_draft_length(double a, double token_cost, int32_t max_tokens);
+// The best k for acceptance `a` (0 unless some k >= 1 yields more than 1 + min_gain tokens a
+// unit of step cost), as DraftLength::next() computes it with kMinGain (for tests and tools).
+int32_t best_draft_length(double a, double token_cost, int32_t max_tokens, double min_gain = 0);
 
 // What the scheduler speculates with (SchedulerOptions::spec; ltm-worker --speculative,
 // --spec-tokens, --spec-max-batch).
@@ -158,17 +168,22 @@ struct SpecOptions {
   // of a decode step where each of rows 2..6 costs ~0.15 (ltm-bench --step-cost): even at full
   // acceptance 6 tokens for 1.7 steps beat 9 for 2.6 (docs/benchmarks.md, "Speculative decoding").
   int32_t max_tokens = 5;
-  // Speculate only while at most this many sequences run: a bigger batch already keeps the
-  // machine's arithmetic busy, and the drafts' rows would cost more than they save
-  // (docs/benchmarks.md, "Speculative decoding", measures where).
+  // Speculate only while at most this many sequences run (--spec-max-batch).
+  // ltm-worker's default (--spec-max-batch 0): every batch with prompt lookup, whose draft rows
+  // are priced by the measured cost below (it stops drafting where they would lose); 4 with a
+  // draft model, whose KV cache holds a context for that many sequences + 1 (ltm-plan counts it).
   int32_t max_batch = 4;
-  // DraftLength's token_cost: > 0 (the default 0.15: a row of a 2..6-row chunk against a
-  // one-row step on models/kjv-small, ltm-bench --step-cost), this; 0, measured: with step seconds ~ a + b x tokens
-  // (the scheduler's StepCostModel, once it has timed enough steps; 0.15 before) and B sequences
-  // running, one more draft row costs b x B / (a + b x B) of a sequence-step, which tends to 1 as
-  // the batch grows. Not the default: on a shared machine a few descheduled steps throw the fit
-  // (and with it every draft length) far off.
-  double token_cost = 0.15;
+  static constexpr int32_t kDraftMaxBatch = 4;
+  // DraftLength's token_cost, what one more draft row costs against a sequence's share of a
+  // decode step (--spec-token-cost): > 0, this; 0 (the default), measured by the scheduler from
+  // its own steps that only decode (DraftCostModel, draft_cost.h): b B / (a + b B) with B
+  // sequences running, which tends to 1 as the batch grows, so drafts shorten and stop where the
+  // rows' arithmetic would cost more than they save. kPriorTokenCost until it has timed enough
+  // steps (a row of a 2..6-row chunk against a one-row step on models/kjv-small, Xeon with
+  // AVX-512: docs/benchmarks.md, "Speculative decoding"). A draft model's sampled drafts are
+  // priced by parameters, never by time (scheduler_spec.cpp).
+  double token_cost = 0;
+  static constexpr double kPriorTokenCost = 0.15;
   std::shared_ptr<Proposer> proposer;  // null: made from `mode` (kNgram: an NgramProposer)
 };
 

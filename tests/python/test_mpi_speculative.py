@@ -103,7 +103,9 @@ def test_a_sampled_draft_is_reproducible_and_counted(drafts):
       os.path.join(os.environ.get("LTM_SOURCE_DIR", ""), "configs", "gpt2-124m.json")],
      "has a vocabulary of 50257 tokens and the target (--model) one of 4096"),
     (["--speculative", "ngram", "--spec-tokens", "0"], "--spec-tokens must be in [1, 64]"),
-    (["--speculative", "ngram", "--spec-max-batch", "0"], "--spec-max-batch must be at least 1"),
+    (["--speculative", "ngram", "--spec-max-batch", "-1"], "--spec-max-batch must be at least 1"),
+    (["--speculative", "ngram", "--spec-token-cost", "-0.5"],
+     "--spec-token-cost must be in [0, 10]"),
 ])
 def test_bad_flags_are_refused_by_name(flags, message):
     p = run_worker(["--model", MODEL, "--prompt", "In the beginning", "--max-new-tokens", "2",

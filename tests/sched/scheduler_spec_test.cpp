@@ -167,6 +167,62 @@ TEST(Speculative, OffAboveMaxBatchAndForTheLastTokens) {
   for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
 }
 
+// The default draft length prices a draft row by the scheduler's own decode steps (SpecOptions::
+// token_cost 0): on an engine whose rows are nearly free beside a step's fixed cost (a large
+// model's decode, bound by reading its weights) 8 sequences keep long drafts; on one whose
+// every row costs ten fixed costs (a small model on a few cores) the same 8 stop drafting but
+// for DraftLength's probes. The fake clock advances by a + b x rows at each step.
+TEST(Speculative, MeasuredRowCostDecidesWhereDraftsPay) {
+  struct Case {
+    double fixed_ms, row_ms;
+    bool pays;
+  };
+  for (const Case c : {Case{10.0, 0.1, true}, Case{0.1, 1.0, false}}) {
+    SCOPED_TRACE(c.pays ? "rows nearly free" : "rows dear");
+    SchedulerOptions o = spec_options(5, 64);
+    o.spec.token_cost = 0;  // measured
+    std::chrono::steady_clock::time_point t{};
+    o.clock = [&t] { return t; };
+    FakeEngine engine(kVocab, 512, 4);
+    engine.on_step = [&](const StepPlan& p, StepOutput&) {
+      t += std::chrono::microseconds(
+          static_cast<int64_t>(1000 * (c.fixed_ms + c.row_ms * p.input.n_tokens())));
+    };
+    o.spec.proposer = std::make_shared<OracleProposer>(&engine, 4);  // 3 of 4 drafts right
+    Scheduler sched(engine, nullptr, fake_config(), 512, 4, o);
+    std::vector<std::shared_ptr<Received>> out;
+    for (int i = 0; i < 8; ++i) {
+      auto r = std::make_shared<Received>();
+      ASSERT_TRUE(sched.submit(request(prompt_of(6, i), 120), r->callback()).ok());
+      out.push_back(r);
+    }
+    sched.run_until_idle();
+    for (int i = 0; i < 8; ++i)
+      expect_served(*out[i], engine.expected_tokens(prompt_of(6, i), 120), FinishReason::kLength);
+    // The second half of the steps of all 8 (the cost fitted by then): sequence-steps with drafts.
+    std::vector<const StepPlan*> full;
+    for (const StepPlan& p : engine.plans())
+      if (p.input.n_seqs() == 8) full.push_back(&p);
+    ASSERT_GT(full.size(), 16u);
+    int seq_steps = 0, drafting = 0;
+    for (size_t i = full.size() / 2; i < full.size(); ++i) {
+      const StepInput& in = full[i]->input;
+      for (int32_t s = 0; s < in.n_seqs(); ++s) {
+        seq_steps++;
+        drafting += in.token_offsets[s + 1] - in.token_offsets[s] > 1;
+      }
+    }
+    const double share = static_cast<double>(drafting) / seq_steps;
+    if (c.pays) {
+      EXPECT_GT(share, 0.8) << drafting << " of " << seq_steps;
+    } else {
+      // DraftLength probes with one draft every 8th step it would not draft.
+      EXPECT_LT(share, 0.2) << drafting << " of " << seq_steps;
+    }
+    for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
+  }
+}
+
 // ---- Sampled output: a 4-token Markov model sampled by the real sampler ------------------------
 
 constexpr int kV = 4;

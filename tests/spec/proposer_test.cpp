@@ -54,6 +54,24 @@ TEST(DraftLength, BestLengthGrowsWithAcceptanceAndVanishesBelowTheTokenCost) {
   EXPECT_EQ(best_draft_length(0.99, 0.1, 8), 8);     // capped by --spec-tokens
   EXPECT_EQ(best_draft_length(0.99, 0.01, 3), 3);
   EXPECT_EQ(best_draft_length(0.8, 1.0, 8), 0);  // a row as dear as a step: never worth it
+  // A gain of a few percent (k = 1: 1.9 tokens for 1.8 steps) is not taken with a margin of 10%.
+  EXPECT_EQ(best_draft_length(0.9, 0.8, 5), 1);
+  EXPECT_EQ(best_draft_length(0.9, 0.8, 5, 0.1), 0);
+  EXPECT_EQ(best_draft_length(0.9, 0.3, 5, 0.1), best_draft_length(0.9, 0.3, 5));
+}
+
+TEST(DraftLength, FewerProbesWhereRowsCostNearlyAStep) {
+  DraftLength d(5);
+  for (int i = 0; i < 20; ++i) d.observe(5, 5);  // every draft right so far
+  EXPECT_GT(d.next(0.3), 0);
+  const int window = DraftLength::kRareProbe * DraftLength::kProbeEvery;
+  int drafts = 0;
+  for (int steps = 0; steps < 3 * window; ++steps) drafts += d.next(0.9);
+  EXPECT_EQ(drafts, 3);  // a 16-sequence batch's rows: a probe every kRareProbe x 8 steps
+  drafts = 0;
+  for (int i = 0; i < 40; ++i) d.observe(4, 0);
+  for (int steps = 0; steps < 3 * DraftLength::kProbeEvery; ++steps) drafts += d.next(0.3);
+  EXPECT_EQ(drafts, 3);  // rows cheap again: a probe every 8 steps
 }
 
 TEST(DraftLength, AdaptsToAcceptanceAndProbesAfterFailures) {
