@@ -35,6 +35,13 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
   // model runs them as one batch per draft token).
   std::vector<DraftRequest> requests;
   std::vector<std::pair<Sequence*, int32_t>> wanted;
+  // The price of a draft row at this batch (fixed, or measured: DraftCostModel), once a step.
+  const double fixed_cost =
+      options_.spec.token_cost > 0 ? options_.spec.token_cost : SpecOptions::kPriorTokenCost;
+  const double timed_cost =
+      options_.spec.token_cost > 0
+          ? fixed_cost
+          : decode_cost_.token_cost(static_cast<int32_t>(running_.size()), fixed_cost);
   int64_t seen = 0;
   for (auto& it : running_) {
     Sequence* seq = it.get();
@@ -48,8 +55,7 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
     // are never used: at most remaining - 1 (the step's last row adds one more token).
     const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
                                        static_cast<int32_t>(config_.n_positions) - n);
-    double token_cost =
-        options_.spec.token_cost > 0 ? options_.spec.token_cost : SpecOptions::kPriorTokenCost;
+    double token_cost = fixed_cost;
     // Sampled drafts: the tokens depend on how many drafts each step verifies (an accepted draft
     // is the draft's draw, a token without one the target's), so the draft length must not
     // depend on timings: a draft weighs its model's parameters over the target's (a decode step
@@ -59,8 +65,7 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
       token_cost += static_cast<double>(proposer_->parameters()) /
                     static_cast<double>(std::max<int64_t>(1, config_.parameter_count()));
     } else {
-      if (options_.spec.token_cost <= 0)  // measured (SpecOptions::token_cost)
-        token_cost = decode_cost_.token_cost(static_cast<int32_t>(running_.size()), token_cost);
+      token_cost = timed_cost;
       // A draft model's own time per draft, against a step's (Proposer::seconds_per_draft).
       if (const double s = proposer_->seconds_per_draft(); s > 0 && cost_.ready())
         token_cost += s / cost_.step_seconds(static_cast<int32_t>(running_.size()));
