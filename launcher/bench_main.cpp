@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
       ("step-cost-rows", po::value(&sc.max_rows)->default_value(9), "--step-cost: rows 1 .. this")
       ("step-cost-rounds", po::value(&sc.rounds)->default_value(200), "--step-cost: steps of each row count")
       ("step-cost-batch", po::bool_switch(&sc.batch), "--step-cost: also r sequences of one row")
+      ("step-cost-replay", po::value(&sc.replay)->composing(), "--step-cost: an ltm-worker --output json file of a greedy run (repeatable): its tokens replayed through prompt lookup at the measured costs (runtime/spec/replay.h)")
       ("skip-limits", po::bool_switch(&skip_limits), "do not measure the read rate, FMA rate and sgemm peak")
       ("limits-only", po::bool_switch(&limits_only), "measure the limits with --threads and print the model's FLOPs for --prompt-tokens/--new-tokens; no weights loaded")
       ("json", po::bool_switch(&json), "print one JSON line per measurement (limits, prefill, decode)")
@@ -145,6 +146,10 @@ int main(int argc, char** argv) {
   if (warmup == -1) warmup = o.device == "cuda" ? 1 : 0;
   if (prompt_tokens < 1 || new_tokens < 1 || batch < 1 || batch > 1024) {
     std::fprintf(stderr, "ltm-bench: --prompt-tokens and --new-tokens must be >= 1, --batch in [1, 1024]\n");
+    return 2;
+  }
+  if (!sc.replay.empty() && !step_cost) {
+    std::fprintf(stderr, "ltm-bench: --step-cost-replay needs --step-cost\n");
     return 2;
   }
   if (step_cost && (o.tp != 1 || o.pp != 1)) {

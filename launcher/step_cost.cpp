@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
+
+#include "runtime/spec/proposer.h"
+#include "runtime/spec/replay.h"
 
 namespace ltm {
 
@@ -43,6 +47,44 @@ StepPlan make_plan(int32_t seqs, int32_t rows, int32_t context, int32_t block_si
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Each file's prompt and output replayed at the step costs (ratio[r - 1]: r rows over one).
+int replay_files(const StepCostOptions& o, const std::vector<double>& ratio, double token_cost) {
+  const int32_t k = std::min<int32_t>(SpecOptions{}.max_tokens, o.max_rows - 1);
+  for (const std::string& path : o.replay) {
+    nlohmann::json j;
+    try {
+      std::ifstream in(path);
+      j = nlohmann::json::parse(in);
+      const auto prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+      const auto output = j.at("generated_ids").get<std::vector<int32_t>>();
+      const ReplayResult oracle =
+          replay_ngram(prompt, output, ratio, k, ReplayPolicy::kOracle, token_cost);
+      const ReplayResult length =
+          replay_ngram(prompt, output, ratio, k, ReplayPolicy::kDraftLength, token_cost);
+      if (o.json) {
+        std::printf("%s\n", nlohmann::json{{"measurement", "spec_replay"}, {"file", path},
+                                           {"max_drafts", k}, {"oracle_speedup", oracle.speedup},
+                                           {"draft_length_speedup", length.speedup},
+                                           {"draft_length_accepted", length.accepted},
+                                           {"draft_length_proposed", length.proposed}}
+                                 .dump()
+                                 .c_str());
+      } else {
+        std::printf("replay %s (%zu tokens, at most %d drafts): oracle x%.3f, DraftLength x%.3f "
+                    "(%lld of %lld drafts accepted)\n",
+                    path.c_str(), output.size(), k, oracle.speedup, length.speedup,
+                    static_cast<long long>(length.accepted),
+                    static_cast<long long>(length.proposed));
+      }
+    } catch (const std::exception& e) {  // unreadable, not JSON, or without the two id lists
+      std::fprintf(stderr, "ltm-bench: --step-cost-replay %s: not an ltm-worker --output json "
+                   "file with prompt_ids and generated_ids (%s)\n", path.c_str(), e.what());
+      return 2;
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -92,9 +134,10 @@ int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o) {
     }
   }
   const double t1 = median(kinds[0].s);
-  std::vector<double> costs;
+  std::vector<double> costs, ratio;  // ratio[r - 1]: one sequence's r rows over one row
   for (const Kind& k : kinds) {
     const double t = median(k.s);
+    if (k.seqs == 1) ratio.push_back(t / t1);
     const int32_t total = k.seqs * k.rows;
     const double cost = total > 1 ? (t / t1 - 1) / (total - 1) : 0;
     if (k.seqs == 1 && total > 1) costs.push_back(cost);
@@ -113,7 +156,7 @@ int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o) {
     std::printf("%s\n", nlohmann::json{{"measurement", "token_cost"}, {"value", token_cost}}.dump().c_str());
   else
     std::printf("token_cost (median over rows of one sequence): %.3f\n", token_cost);
-  return 0;
+  return replay_files(o, ratio, token_cost);
 }
 
 }  // namespace ltm
