@@ -4,8 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "common/json_parse.h"
 
 #include "runtime/spec/proposer.h"
 #include "runtime/spec/replay.h"
@@ -49,42 +54,62 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Each file's prompt and output replayed at the step costs (ratio[r - 1]: r rows over one).
-int replay_files(const StepCostOptions& o, const std::vector<double>& ratio, double token_cost) {
-  const int32_t k = std::min<int32_t>(SpecOptions{}.max_tokens, o.max_rows - 1);
-  for (const std::string& path : o.replay) {
-    nlohmann::json j;
-    try {
-      std::ifstream in(path);
-      j = nlohmann::json::parse(in);
-      const auto prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
-      const auto output = j.at("generated_ids").get<std::vector<int32_t>>();
-      const ReplayResult oracle =
-          replay_ngram(prompt, output, ratio, k, ReplayPolicy::kOracle, token_cost);
-      const ReplayResult length =
-          replay_ngram(prompt, output, ratio, k, ReplayPolicy::kDraftLength, token_cost);
-      if (o.json) {
-        std::printf("%s\n", nlohmann::json{{"measurement", "spec_replay"}, {"file", path},
-                                           {"max_drafts", k}, {"oracle_speedup", oracle.speedup},
-                                           {"draft_length_speedup", length.speedup},
-                                           {"draft_length_accepted", length.accepted},
-                                           {"draft_length_proposed", length.proposed}}
-                                 .dump()
-                                 .c_str());
-      } else {
-        std::printf("replay %s (%zu tokens, at most %d drafts): oracle x%.3f, DraftLength x%.3f "
-                    "(%lld of %lld drafts accepted)\n",
-                    path.c_str(), output.size(), k, oracle.speedup, length.speedup,
-                    static_cast<long long>(length.accepted),
-                    static_cast<long long>(length.proposed));
+// A run to replay: its file, prompt and output.
+struct ReplayRun {
+  std::string path;
+  std::vector<int32_t> prompt, output;
+};
+
+// The --step-cost-replay files, read before anything is measured. False (and a message naming
+// the file) for one that is unreadable, not JSON, or without the two id lists.
+bool read_runs(const std::vector<std::string>& paths, std::vector<ReplayRun>* runs) {
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    std::string why = in ? "" : "it cannot be read";
+    if (why.empty()) {
+      const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      absl::StatusOr<nlohmann::json> j = parse_json(text);
+      try {
+        if (!j.ok()) throw std::runtime_error(std::string(j.status().message()));
+        runs->push_back({path, j->at("prompt_ids").get<std::vector<int32_t>>(),
+                         j->at("generated_ids").get<std::vector<int32_t>>()});
+      } catch (const std::exception& e) {  // not JSON, or without the two id lists
+        why = e.what();
       }
-    } catch (const std::exception& e) {  // unreadable, not JSON, or without the two id lists
+    }
+    if (!why.empty()) {
       std::fprintf(stderr, "ltm-bench: --step-cost-replay %s: not an ltm-worker --output json "
-                   "file with prompt_ids and generated_ids (%s)\n", path.c_str(), e.what());
-      return 2;
+                   "file with prompt_ids and generated_ids (%s)\n", path.c_str(), why.c_str());
+      return false;
     }
   }
-  return 0;
+  return true;
+}
+
+// Each run replayed at the step costs (ratio[r - 1]: r rows over one).
+void replay_runs(const StepCostOptions& o, const std::vector<ReplayRun>& runs,
+                 const std::vector<double>& ratio, double token_cost) {
+  const int32_t k = std::min<int32_t>(SpecOptions{}.max_tokens, o.max_rows - 1);
+  for (const ReplayRun& run : runs) {
+    const ReplayResult oracle =
+        replay_ngram(run.prompt, run.output, ratio, k, ReplayPolicy::kOracle, token_cost);
+    const ReplayResult length =
+        replay_ngram(run.prompt, run.output, ratio, k, ReplayPolicy::kDraftLength, token_cost);
+    if (o.json) {
+      std::printf("%s\n", nlohmann::json{{"measurement", "spec_replay"}, {"file", run.path},
+                                         {"max_drafts", k}, {"oracle_speedup", oracle.speedup},
+                                         {"draft_length_speedup", length.speedup},
+                                         {"draft_length_accepted", length.accepted},
+                                         {"draft_length_proposed", length.proposed}}
+                               .dump()
+                               .c_str());
+    } else {
+      std::printf("replay %s (%zu tokens, at most %d drafts): oracle x%.3f, DraftLength x%.3f "
+                  "(%lld of %lld drafts accepted)\n",
+                  run.path.c_str(), run.output.size(), k, oracle.speedup, length.speedup,
+                  static_cast<long long>(length.accepted), static_cast<long long>(length.proposed));
+    }
+  }
 }
 
 }  // namespace
@@ -102,6 +127,8 @@ int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o) {
                  rs.n_blocks);
     return 2;
   }
+  std::vector<ReplayRun> runs;
+  if (!read_runs(o.replay, &runs)) return 2;
   // The cache's contents do not matter to the time: fill the context once with a prefill.
   for (int32_t s = 0; s < seqs_max; ++s) {
     StepPlan fill = make_plan(1, o.context, 0, block_size, per_seq, vocab);
@@ -156,7 +183,8 @@ int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o) {
     std::printf("%s\n", nlohmann::json{{"measurement", "token_cost"}, {"value", token_cost}}.dump().c_str());
   else
     std::printf("token_cost (median over rows of one sequence): %.3f\n", token_cost);
-  return replay_files(o, ratio, token_cost);
+  replay_runs(o, runs, ratio, token_cost);
+  return 0;
 }
 
 }  // namespace ltm

@@ -26,7 +26,7 @@ struct StepCostOptions {
 // Prints each row count's median step time and its ratio to the one-row step, and the fitted
 // token_cost ((t(r) - t(1)) / ((r - 1) t(1)), the median over r); then, for each replay file,
 // the decode speedup of an oracle's drafts and of DraftLength's at those costs. Returns 0, or 2
-// when the context does not fit or a replay file cannot be read.
+// when the context does not fit or a replay file cannot be read (checked before measuring).
 int run_step_cost(RankSetup& rs, int32_t block_size, const StepCostOptions& o);
 
 }  // namespace ltm
