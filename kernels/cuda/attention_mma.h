@@ -37,6 +37,8 @@
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "kernels/cuda/mma_16816.h"
 #define LTM_MMA_HD __host__ __device__ __forceinline__
 #define LTM_MMA_UNROLL _Pragma("unroll")
 #else
@@ -136,28 +138,9 @@ LTM_MMA_HD void load_b(const uint16_t* tile, int stride, int lane, uint32_t b[2]
   b[1] = load_pair(tile + g * stride + 2 * t + 8);
 }
 
-// D = A B + C on the tensor cores (the device only; HostWarp emulates it).
+// D = A B + C on the tensor cores (the device only; HostWarp emulates it): mma_16816.h's.
 #if defined(__CUDACC__)
-template <bool kBf16>
-__device__ __forceinline__ void mma_16816(const uint32_t a[4], const uint32_t b[2], float c[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-#else
-  __trap();  // the launcher never picks this kernel below compute capability 8.0
-#endif
-}
+using ltm::kernels::cuda::mma_16816;
 #endif
 
 // One lane's registers: its two rows (g and g + 8 of the warp's 16).

@@ -25,23 +25,11 @@ namespace {
 
 namespace am = ltm::kernels::cuda::mma;
 
-// A lane of a warp on the device: attention_mma.h's operations on its own registers.
+// A lane of a warp on the device (mma_16816.h's DeviceWarp) with the quad reductions of
+// attention_mma.h's softmax.
 template <int kD>
-struct DeviceWarp {
-  am::Lane<kD> st;
-  int lane;
-
-  template <class F>
-  __device__ __forceinline__ void each(F&& f) {
-    f(st, lane);
-  }
-  template <bool kBf16, class A, class B, class C>
-  __device__ __forceinline__ void mma(A&& a_fn, B&& b_fn, C&& c_fn) {
-    uint32_t a[4], b[2];
-    a_fn(st, lane, a);
-    b_fn(st, lane, b);
-    am::mma_16816<kBf16>(a, b, c_fn(st));
-  }
+struct DeviceWarp : ltm::kernels::cuda::DeviceWarp<am::Lane<kD>> {
+  using ltm::kernels::cuda::DeviceWarp<am::Lane<kD>>::st;
   // The 4 lanes of a row (a quad: lanes 4 g .. 4 g + 3) end with the same value.
   __device__ __forceinline__ void quad_max() {
 #pragma unroll

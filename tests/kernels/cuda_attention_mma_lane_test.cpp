@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_mma.h"
+#include "tests/kernels/host_mma.h"
 #include "runtime/model/dtype.h"
 
 namespace ltm {
@@ -28,55 +29,10 @@ namespace am = kernels::cuda::mma;
 uint16_t lo16(uint32_t v) { return static_cast<uint16_t>(v & 0xffffu); }
 uint16_t hi16(uint32_t v) { return static_cast<uint16_t>(v >> 16); }
 
-// A warp on the CPU: every lane's registers, the operations the kernel's DeviceWarp runs.
+// A warp on the CPU (host_mma.h) with the quad shuffles of the kernel's DeviceWarp.
 template <int kD>
-struct HostWarp {
-  am::Lane<kD> lanes[32];
-  int mma_calls = 0;
-
-  template <class F>
-  void each(F&& f) {
-    for (int l = 0; l < 32; ++l) f(lanes[l], l);
-  }
-  // D = A B + C over the warp's fragments, decoded by the layout in attention_mma.h's header.
-  template <bool kBf16, class A, class B, class C>
-  void mma(A&& a_fn, B&& b_fn, C&& c_fn) {
-    ++mma_calls;
-    uint32_t a[32][4], b[32][2];
-    for (int l = 0; l < 32; ++l) {
-      a_fn(lanes[l], l, a[l]);
-      b_fn(lanes[l], l, b[l]);
-    }
-    float am_[16][16], bm[16][8];
-    for (auto& r : am_) std::fill(std::begin(r), std::end(r), std::nanf(""));
-    for (auto& r : bm) std::fill(std::begin(r), std::end(r), std::nanf(""));
-    auto f = [](uint16_t bits) { return am::from_bits<kBf16>(bits); };
-    for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
-      am_[g][2 * t] = f(lo16(a[l][0]));
-      am_[g][2 * t + 1] = f(hi16(a[l][0]));
-      am_[g + 8][2 * t] = f(lo16(a[l][1]));
-      am_[g + 8][2 * t + 1] = f(hi16(a[l][1]));
-      am_[g][2 * t + 8] = f(lo16(a[l][2]));
-      am_[g][2 * t + 9] = f(hi16(a[l][2]));
-      am_[g + 8][2 * t + 8] = f(lo16(a[l][3]));
-      am_[g + 8][2 * t + 9] = f(hi16(a[l][3]));
-      bm[2 * t][g] = f(lo16(b[l][0]));
-      bm[2 * t + 1][g] = f(hi16(b[l][0]));
-      bm[2 * t + 8][g] = f(lo16(b[l][1]));
-      bm[2 * t + 9][g] = f(hi16(b[l][1]));
-    }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
-      float* c = c_fn(lanes[l]);
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        double sum = 0;
-        for (int k = 0; k < 16; ++k) sum += static_cast<double>(am_[row][k]) * bm[k][col];
-        c[e] = static_cast<float>(c[e] + sum);
-      }
-    }
-  }
+struct HostWarp : host_mma::HostWarp<am::Lane<kD>> {
+  using host_mma::HostWarp<am::Lane<kD>>::lanes;
   // __shfl_xor_sync by 1 then 2 within each quad of lanes, as DeviceWarp.
   template <class Op>
   void quad(Op op) {
