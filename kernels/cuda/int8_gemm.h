@@ -11,9 +11,12 @@
 // kInt8GemvMaxRows rows of A (decode, a verify step, a small batch) the weight-streaming kernel:
 // one warp a column, the quants read once for all the rows, each converted exactly to float
 // (int8_lane.h) and multiplied in float32 with A's values as they are; bias and GELU are applied
-// in float32 and C rounded once. More rows: int8_dequantize into a 16-bit [n, k] scratch and a
-// tensor-core GEMM on it (the CUDA backend's cuBLASLt path), where the conversion costs the
-// weight's read twice over but the GEMM is compute-bound anyway.
+// in float32 and C rounded once. Up to kInt8MmaMaxRows rows (a batched decode or verify step),
+// on compute capability 8.0 and up: int8_gemm_mma, the quants as exact fp16 integers into
+// mma.sync with A in fp16, the scales applied in float32 (int8_mma.h), so the weight is still
+// read once. More rows (prefill), or LTM_CUDA_INT8_MMA=0: int8_dequantize into a 16-bit [n, k]
+// scratch and a tensor-core GEMM on it (the CUDA backend's cuBLASLt path), where the conversion
+// costs the weight's read twice over but the GEMM is compute-bound anyway.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +29,7 @@
 namespace ltm::kernels::cuda {
 
 inline constexpr int64_t kInt8GemvMaxRows = 16;
+inline constexpr int64_t kInt8MmaMaxRows = 64;  // int8_mma.h's kMmaMaxRows
 
 // A column's quants: k rounded up to whole groups of 32.
 inline int64_t int8_padded_k(int64_t k) { return (k + 31) / 32 * 32; }
@@ -54,6 +58,22 @@ inline Int8Weight int8_weight(const void* data, int64_t n, int64_t k) {
 // bias. m <= 0 or n <= 0 does nothing; k = 0 gives epilogue(beta C).
 void int8_gemv(const void* a, ElemType a_type, Int8Weight w, void* c, ElemType c_type, int64_t m,
                float beta, const float* bias, bool gelu, cudaStream_t stream);
+
+// Whether int8_gemm_mma runs on the current device: compute capability 8.0 or later, and the
+// environment's LTM_CUDA_INT8_MMA is not 0 (0: the dequantizing path, to compare in one run).
+bool int8_mma_available();
+
+// Workspace int8_gemm_mma needs for m rows of an n x k weight: float32 partial sums when k is
+// split (narrow weights: n too small to fill the GPU), else 0. splits: as int8_gemm_mma's.
+size_t int8_mma_workspace_bytes(int64_t m, int64_t n, int64_t k, int64_t splits = 0);
+
+// C[m, n] = epilogue(A[m, k] W + beta C) on the tensor cores, for m <= kInt8MmaMaxRows where
+// int8_mma_available(): A fp16 [m, k], C of c_type (read only where beta != 0), bias [n] float32
+// or null, gelu: GELU (tanh) after the bias. workspace: int8_mma_workspace_bytes of it. splits:
+// the pieces of k (whole groups of 32), 0 to choose them for the device's SMs; tests force them.
+void int8_gemm_mma(const void* a, Int8Weight w, void* c, ElemType c_type, int64_t m, float beta,
+                   const float* bias, bool gelu, void* workspace, cudaStream_t stream,
+                   int64_t splits = 0);
 
 // out [n, k] (row c: column c of W, dequantized) of `type`, rounded once from q * scale.
 void int8_dequantize(Int8Weight w, void* out, ElemType type, cudaStream_t stream);

@@ -30,8 +30,9 @@
 // directly (kernels/cuda/attention.h), halving decode's cache traffic.
 //
 // int8 weights (--weight-dtype int8): uploaded by cuda_int8.h, with fp16 activations; GEMMs of
-// up to kInt8GemvMaxRows rows stream the quants through a kernel of our own, more rows dequantize
-// the weight into an fp16 scratch and run cuBLASLt on it (matmul_int8).
+// up to kInt8GemvMaxRows rows stream the quants through a kernel of our own, up to
+// kInt8MmaMaxRows multiply them as exact fp16 integers on the tensor cores (int8_mma.h), more
+// rows (prefill) dequantize the weight into an fp16 scratch and run cuBLASLt on it (matmul_int8).
 //
 // Packaging: this file is built into its own shared library, libltm_backend_cuda.so (a plugin
 // that make_cuda_backend loads with dlopen), so that CPU ranks never load the CUDA libraries:
@@ -641,8 +642,10 @@ class CudaBackend final : public Backend {
 
  private:
   // C = epilogue(A W + beta C) for an int8 W [k, n] (int8_gemm.h): the weight-streaming kernel up
-  // to kInt8GemvMaxRows rows of A; more rows dequantize W into int8_scratch_ ([n, k] fp16) and
-  // multiply on tensor cores as a 16-bit weight read transposed (lm_head's table).
+  // to kInt8GemvMaxRows rows of A; up to kInt8MmaMaxRows the int8 x fp16 tensor-core kernel
+  // (int8_scratch_ holds its split-k partial sums); more rows (or LTM_CUDA_INT8_MMA=0, or a GPU
+  // before sm_80) dequantize W into int8_scratch_ ([n, k] fp16) and multiply on tensor cores as
+  // a 16-bit weight read transposed (lm_head's table).
   void matmul_int8(Act a, const DeviceBuffer& w, Act c, int64_t m, int64_t n, int64_t k,
                    float beta, const float* bias, Epilogue epilogue,
                    const void* bias_act = nullptr) {
@@ -659,12 +662,21 @@ class CudaBackend final : public Backend {
                                epilogue == Epilogue::kBiasGelu, ctx_->stream);
       return;
     }
+    const void* a16 = a.type == Precision::kF16 ? a.data
+                                                : activations_16(a.f32(), m * k, Precision::kF16);
+    if (m <= kernels::cuda::kInt8MmaMaxRows && kernels::cuda::int8_mma_available()) {
+      const size_t part = kernels::cuda::int8_mma_workspace_bytes(m, n, k);
+      if (part > int8_scratch_.bytes()) int8_scratch_ = alloc(part);
+      kernels::cuda::int8_gemm_mma(a16, v, c.data, elem_type(c.type), m, beta,
+                                   epilogue == Epilogue::kNone ? nullptr : bias,
+                                   epilogue == Epilogue::kBiasGelu,
+                                   part ? int8_scratch_.data() : nullptr, ctx_->stream);
+      return;
+    }
     const size_t need = static_cast<size_t>(n * k) * 2;
     if (need > int8_scratch_.bytes()) int8_scratch_ = alloc(std::max(need, int8_scratch_.bytes()));
     kernels::cuda::int8_dequantize(v, int8_scratch_.data(), kernels::cuda::ElemType::kF16,
                                    ctx_->stream);
-    const void* a16 = a.type == Precision::kF16 ? a.data
-                                                : activations_16(a.f32(), m * k, Precision::kF16);
     lt_epilogue(int8_scratch_.data(), /*w_trans=*/true, Precision::kF16, a16, c, m, n, k, beta,
                 bias, epilogue, bias_act);
   }

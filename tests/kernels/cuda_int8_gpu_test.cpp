@@ -2,19 +2,26 @@
 // same dequantized weights (the quants and scales of kernels/cpu/int8_quant.h, the CPU backend's
 // rule; cuda_int8_lane_test checks on the CPU that the two backends hold the same values).
 // Skipped without a CUDA device (gpu_test_main.cpp). Each case prints its worst error relative to
-// the largest output.
-//  - matmul, lm_head (fp32 activations): up to kInt8GemvMaxRows rows the weight-streaming kernel
-//    multiplies the dequantized weights with A in float32: 1e-5 relative. More rows: W
-//    dequantized to fp16 (each q * s rounded once, 2^-11 relative) and A rounded to fp16, a
-//    tensor-core GEMM: the fp16 tolerance of cuda_backend_gpu_test, 2e-3.
+// the largest output. Three paths, by rows of A (path_for):
+//  - up to kInt8GemvMaxRows: the weight-streaming kernel multiplies the dequantized weights with
+//    A as it is (float32 or fp16) in float32: 1e-5 relative.
+//  - up to kInt8MmaMaxRows (compute capability 8.0 and up, LTM_CUDA_INT8_MMA not 0): the
+//    tensor-core kernel, quants exact, A rounded to fp16, scales applied in float32: 1e-4 of
+//    the float64 product of round_f16(A) and the dequantized W. Its k splits (1, 6 and 16 on a
+//    132-SM GPU for the shapes below) and their reduction are covered by the shapes.
+//  - more rows (or the switch off): W dequantized to fp16 (each q * s rounded once, 2^-11
+//    relative) and A rounded to fp16, a cuBLASLt GEMM: the fp16 tolerance of
+//    cuda_backend_gpu_test, 2e-3.
 //  - matmul_act with fp16 activations (the int8 default, activation_precision()) and the bias and
 //    bias + GELU epilogues, C fp16 or fp32: the same, plus C's rounding once.
-//  - beta = 1 adds to C; odd n and k (unaligned rows: the kernel's element loads) as well as
-//    aligned ones (its 16-byte loads); a row of a decode step has the same bits as the same row
-//    in a step of up to 16 rows (each row's sum does not depend on the others).
+//  - beta = 1 adds to C; odd n and k (unaligned rows: the kernels' element loads) as well as
+//    aligned ones (their vector loads); a row has the same bits in a step of 1 to 16 rows, and in
+//    one of 17 to 64 (each row's sum does not depend on the others).
 //  - embed: the dequantized rows exactly, zeros for ids outside the rank's rows.
-//  - graph replay of int8 GEMMs (the streaming kernel and the dequantizing path, whose fp16
-//    scratch a graph must own) equals the eager run bit for bit.
+//  - graph replay of int8 GEMMs (the streaming kernel, the tensor-core kernel with its split-k
+//    partial sums and the dequantizing path, whose scratch a graph must own) equals the eager
+//    run bit for bit.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,6 +44,24 @@ namespace ltm {
 namespace {
 
 constexpr int64_t kStreamRows = 16;  // kernels/cuda/int8_gemm.h's kInt8GemvMaxRows
+constexpr int64_t kMmaRows = 64;     // its kInt8MmaMaxRows
+
+enum class Path { kStream, kMma, kDequant };
+
+// The backend's kernel for m rows: int8_gemm.h's rule.
+Path path_for(int64_t m) {
+  static const bool mma = [] {
+    const char* e = std::getenv("LTM_CUDA_INT8_MMA");
+    int major = 0, device = 0;
+    return (e == nullptr || std::strcmp(e, "0") != 0) && cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 8;
+  }();
+  if (m <= kStreamRows) return Path::kStream;
+  return m <= kMmaRows && mma ? Path::kMma : Path::kDequant;
+}
+float tolerance(Path p) { return p == Path::kStream ? 1e-5f : p == Path::kMma ? 1e-4f : 2e-3f; }
 
 using test::random_floats;
 
@@ -121,7 +147,7 @@ struct Shape {
   int64_t n, k;
 };
 const Shape kShapes[] = {{2304, 768}, {768, 3072}, {70, 100}, {5, 33}, {97, 65}};
-const int64_t kRows[] = {1, 2, 3, 5, 8, 16, 17, 64};
+const int64_t kRows[] = {1, 2, 3, 5, 8, 16, 17, 32, 33, 64, 65};
 
 TEST_F(CudaInt8Test, SupportsInt8WeightsWithFp16Activations) {
   EXPECT_TRUE(gpu_->supports(Precision::kInt8, Precision::kF16));
@@ -138,7 +164,7 @@ TEST_F(CudaInt8Test, MatmulF32Activations) {
     const std::vector<float> wq = dequantized(w, s.k, s.n);
     DeviceBuffer gw = gpu_->upload_weight(w.data(), s.k, s.n, Precision::kInt8);
     ASSERT_EQ(gw.precision(), Precision::kInt8);
-    std::vector<float> decode_row;  // row 0 alone, to compare with row 0 of larger steps
+    std::vector<float> decode_row, verify_row;  // row 0 of the first step of each kernel
     for (int64_t m : kRows) {
       for (float beta : {0.0f, 1.0f}) {
         const std::vector<float> a = random_floats(m * s.k, 7);  // row r the same for every m
@@ -147,20 +173,22 @@ TEST_F(CudaInt8Test, MatmulF32Activations) {
         DeviceBuffer gc = gpu_->upload(c0.data(), c0.size() * 4, false);
         gpu_->matmul(ga.f32(), gw, gc.f32(), m, s.n, s.k, beta);
         const std::vector<float> got = read_f32(gc, c0.size());
-        const bool stream = m <= kStreamRows;
+        const Path path = path_for(m);
         const std::vector<float> want =
-            stream ? reference(a, wq, c0, {}, m, s.n, s.k, beta, Epilogue::kNone)
-                   : reference(round_f16(a), round_f16(wq), c0, {}, m, s.n, s.k, beta,
-                               Epilogue::kNone);
+            path == Path::kStream
+                ? reference(a, wq, c0, {}, m, s.n, s.k, beta, Epilogue::kNone)
+                : reference(round_f16(a), path == Path::kMma ? wq : round_f16(wq), c0, {}, m,
+                            s.n, s.k, beta, Epilogue::kNone);
         const float rel = worst_rel(want, got);
         std::printf("[ int8 matmul m=%lld n=%lld k=%lld beta=%g ] %.3g of the largest output\n",
                     static_cast<long long>(m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), beta, rel);
-        EXPECT_LT(rel, stream ? 1e-5f : 2e-3f) << "m " << m << " n " << s.n << " k " << s.k;
-        if (beta == 0.0f && stream) {
+        EXPECT_LT(rel, tolerance(path)) << "m " << m << " n " << s.n << " k " << s.k;
+        if (beta == 0.0f && path != Path::kDequant) {
           const std::vector<float> row0(got.begin(), got.begin() + s.n);
-          if (m == 1) decode_row = row0;
-          else EXPECT_EQ(row0, decode_row) << "row 0 of " << m << " rows differs from decode";
+          std::vector<float>& first = path == Path::kStream ? decode_row : verify_row;
+          if (first.empty()) first = row0;
+          else EXPECT_EQ(row0, first) << "row 0 of " << m << " rows differs from a smaller step";
         }
       }
     }
@@ -194,12 +222,12 @@ TEST_F(CudaInt8Test, MatmulActFp16ActivationsAndEpilogues) {
                            Act(gc.data(), c_f32 ? Precision::kF32 : Precision::kF16), m, s.n, s.k,
                            beta, e == Epilogue::kNone ? nullptr : gb.f32(), e);
           const std::vector<float> got = c_f32 ? read_f32(gc, c0.size()) : read_f16(gc, c0.size());
-          const bool stream = m <= kStreamRows;
-          const std::vector<float> want =
-              reference(a, stream ? wq : round_f16(wq), c0, bias, m, s.n, s.k, beta, e);
+          const Path path = path_for(m);
+          const std::vector<float> want = reference(
+              a, path == Path::kDequant ? round_f16(wq) : wq, c0, bias, m, s.n, s.k, beta, e);
           const float rel = worst_rel(want, got);
           // C rounded once to fp16: half an ulp, 2^-11 of the output.
-          const float tol = (stream ? 1e-5f : 2e-3f) + (c_f32 ? 0.0f : 4.9e-4f);
+          const float tol = tolerance(path) + (c_f32 ? 0.0f : 4.9e-4f);
           std::printf("[ int8 matmul_act fp16 m=%lld n=%lld k=%lld epilogue %d C %s ] %.3g\n",
                       static_cast<long long>(m), static_cast<long long>(s.n),
                       static_cast<long long>(s.k), static_cast<int>(e), c_f32 ? "f32" : "fp16",
@@ -234,19 +262,21 @@ TEST_F(CudaInt8Test, EmbedAndLmHead) {
           << "token " << t << " column " << c;
   }
   // lm_head: logits = x E^T.
-  for (int64_t m : {1, 4, 16, 40}) {
+  for (int64_t m : {1, 4, 16, 40, 100}) {
     const std::vector<float> x = random_floats(m * d, 901);
     DeviceBuffer gx = gpu_->upload(x.data(), x.size() * 4, false);
     DeviceBuffer logits = gpu_->alloc(m * rows * 4);
     gpu_->lm_head(gx.f32(), table, logits.f32(), m, rows, d);
-    const bool stream = m <= kStreamRows;
+    const Path path = path_for(m);
     const std::vector<float> want =
-        stream ? reference(x, etq, {}, {}, m, rows, d, 0.0f, Epilogue::kNone)
-               : reference(round_f16(x), round_f16(etq), {}, {}, m, rows, d, 0.0f, Epilogue::kNone);
+        path == Path::kStream
+            ? reference(x, etq, {}, {}, m, rows, d, 0.0f, Epilogue::kNone)
+            : reference(round_f16(x), path == Path::kMma ? etq : round_f16(etq), {}, {}, m, rows,
+                        d, 0.0f, Epilogue::kNone);
     const float rel = worst_rel(want, read_f32(logits, m * rows));
     std::printf("[ int8 lm_head m=%lld rows=%lld d=%lld ] %.3g\n", static_cast<long long>(m),
                 static_cast<long long>(rows), static_cast<long long>(d), rel);
-    EXPECT_LT(rel, stream ? 1e-5f : 2e-3f) << "m " << m;
+    EXPECT_LT(rel, tolerance(path)) << "m " << m;
   }
 }
 
@@ -254,7 +284,9 @@ TEST_F(CudaInt8Test, Int8GraphReplayEqualsEager) {
   constexpr int64_t n = 512, k = 768;
   const std::vector<float> w = random_floats(k * n, 50);
   DeviceBuffer gw = gpu_->upload_weight(w.data(), k, n, Precision::kInt8);
-  for (int64_t m : {1, 48}) {  // the streaming kernel, and the dequantizing path's scratch
+  // The streaming kernel; the tensor-core kernel (6 splits of k on a 132-SM GPU: its partial
+  // sums in the scratch); the dequantizing path's scratch.
+  for (int64_t m : {1, 48, 100}) {
     const std::vector<float> a = random_floats(m * k, 51);
     DeviceBuffer ga = gpu_->upload(a.data(), a.size() * 4, false);
     DeviceBuffer eager = gpu_->alloc(m * n * 4), replayed = gpu_->alloc(m * n * 4);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_ab against a stub ltm-bench (no GPU needed) whose figures depend on the switches'
 # environment: each pair's median new / old ratio must come out as the stub's (prefill 1.5,
-# bias 1.1, int8 reads 1.2, decode lanes 1.05) with the runs alternated; a failing ltm-bench must
+# bias 1.1, int8 reads 1.2, decode lanes 1.05, int8 mma 1.3) with the runs alternated; a failing ltm-bench must
 # make it exit 1; a budget too small for all runs must stop it with the pairs it could not finish
 # named; no ltm-bench must exit 2.
 #   check_gpu_ab.sh SOURCE_DIR PYTHON
@@ -20,6 +20,8 @@ decode = 100.0 * (1.1 if e("LTM_CUDA_BIAS_AT_LOAD") != "0" else 1.0)
 decode *= 1.05 if e("LTM_CUDA_DECODE_VECS") != "1" else 1.0
 if "int8" in sys.argv:
     decode *= 1.2 if e("LTM_CUDA_INT8_READS") != "2" else 1.0
+    if sys.argv[sys.argv.index("--batch") + 1] == "64":
+        decode *= 1.3 if e("LTM_CUDA_INT8_MMA") != "0" else 1.0
 print(json.dumps({"measurement": "prefill", "tokens_per_s": prefill}))
 print(json.dumps({"measurement": "decode", "tokens_per_s": decode}))
 sys.exit($2)
@@ -40,7 +42,8 @@ run ok --build "$tmp/ok" --rounds 3
 "$py" - "$tmp/ok/out/ab.json" <<'PY' || bad=1
 import json, sys
 j = json.load(open(sys.argv[1]))
-want = {"prefill_mma": 1.5, "bias_at_load": 1.1, "int8_reads": 1.2, "decode_lanes": 1.05}
+want = {"prefill_mma": 1.5, "bias_at_load": 1.1, "int8_reads": 1.2, "decode_lanes": 1.05,
+        "int8_mma": 1.3}
 for name, ratio in want.items():
     p = j["pairs"][name]
     if len(p["ratios"]) != 3 or abs(p["median_ratio"] - ratio) > 1e-9:
