@@ -139,7 +139,7 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
   }
   req.stop = o.stop;
   req.ignore_eos = o.ignore_eos;
-  req.return_logprobs = true;
+  req.return_logprobs = o.output == "json";  // only the JSON output reports them
   req.return_full_logits = !o.dump_logits.empty();
   req.return_prompt_logits = !o.dump_prompt_logits.empty();
   req.adapter = o.adapter;
