@@ -1,5 +1,5 @@
 // Timings of the CUDA backend's heavy ops on GPT-2/GPT-3 shapes: GEMM (fp32, or TF32 with
-// LTM_CUDA_TF32=1 in the environment), decode and prefill paged attention,
+// LTM_CUDA_TF32=1 in the environment), int8-weight GEMMs, decode and prefill paged attention,
 // layer_norm. Prints achieved TFLOP/s or GB/s; asserts nothing about speed (only that results are
 // finite). Skips itself without a CUDA device.
 #include <gtest/gtest.h>
@@ -167,6 +167,43 @@ TEST_F(CudaBench, Gemm) {
     std::printf("[ gemm %-34s ] %8.3f ms  %6.1f TFLOP/s\n", s.what, sec * 1e3,
                 2.0 * s.m * s.n * s.k / sec / 1e12);
     expect_finite(c, 1024);
+  }
+}
+
+// int8 weights (--weight-dtype int8) with fp16 activations, GPT-3 6.7B's QKV and FC2 shapes, by
+// rows of A: the weight-streaming kernel (1-16), the tensor-core kernel (17-64; with
+// LTM_CUDA_INT8_MMA=0 in the environment the dequantizing path instead, to compare) and the
+// dequantize + cuBLASLt path (128). Weight GB/s counts the 1.0625 bytes a weight once: against
+// the device's copy bandwidth it says how near a GEMM is to its memory limit.
+TEST_F(CudaBench, Int8Gemm) {
+  struct Shape {
+    const char* what;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"6.7B qkv 12288x4096", 12288, 4096},
+                          {"6.7B fc2 4096x16384", 4096, 16384}};
+  for (const Shape& s : shapes) {
+    std::vector<float> w(static_cast<size_t>(s.k * s.n));
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+    for (float& x : w) x = dist(rng);
+    DeviceBuffer gw = gpu_->upload_weight(w.data(), s.k, s.n, Precision::kInt8);
+    for (int64_t m : {1, 16, 17, 32, 64, 128}) {
+      std::vector<uint16_t> a16(static_cast<size_t>(m * s.k));
+      for (uint16_t& x : a16) x = f32_to_f16(dist(rng) * 20.0f);
+      DeviceBuffer a = upload(a16), c = gpu_->alloc(m * s.n * 2);
+      const double sec = time_op([&] {
+        gpu_->matmul_act(Act(a.data(), Precision::kF16), gw, Act(c.data(), Precision::kF16), m,
+                         s.n, s.k, 0.0f, nullptr, Epilogue::kNone);
+      });
+      std::printf("[ int8 gemm %-20s m=%-3ld ] %8.3f ms  weight %6.0f GB/s  %6.1f TFLOP/s\n",
+                  s.what, static_cast<long>(m), sec * 1e3, 1.0625 * s.n * s.k / sec / 1e9,
+                  2.0 * m * s.n * s.k / sec / 1e12);
+      std::vector<uint16_t> host(std::min<size_t>(4096, m * s.n));
+      gpu_->copy_to_host(host.data(), c.data(), host.size() * 2);
+      gpu_->synchronize();
+      for (uint16_t x : host) ASSERT_TRUE(std::isfinite(f16_to_f32(x)));
+    }
   }
 }
 
