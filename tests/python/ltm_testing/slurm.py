@@ -273,6 +273,11 @@ class SlurmCluster:
         job = Job(int(m.group(1)), out.replace("%j", m.group(1)))
         self.jobs.append(job.id)
         if wait:
+            # sbatch --wait returns when the job's tasks have ended, which can be while slurmctld
+            # still shows it COMPLETING (its steps being cleaned up): the state the callers check
+            # (FAILED, COMPLETED, ...) comes after that.
+            self.wait_for(lambda: self.show_job(job.id).get("JobState") != "COMPLETING", 60,
+                          f"job {job.id} to leave COMPLETING")
             job.exit_code = self.job_exit_code(job.id)
         return job
 
