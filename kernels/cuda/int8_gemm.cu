@@ -12,6 +12,8 @@
 #include "kernels/cuda/mma_16816.h"
 
 namespace ltm::kernels::cuda {
+static_assert(kInt8MmaMaxRows == int8::kMmaMaxRows, "int8_gemm.h and int8_mma.h disagree");
+static_assert(kInt8GemvMaxRows == int8::kMaxRows, "int8_gemm.h and int8_lane.h disagree");
 namespace {
 
 constexpr int kColsPerBlock = 8;  // warps a block, one column each
