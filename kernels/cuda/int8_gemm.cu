@@ -101,7 +101,7 @@ void launch(const TA* a, Int8Weight w, void* c, ElemType c_type, int64_t m, floa
 // k of its split (blockIdx.y). One split: the epilogue here; more: float32 partial sums
 // [split][m][n] for int8_mma_reduce_kernel.
 template <int NT>
-__global__ void __launch_bounds__(int8::kMmaWarps * kWarpSize)
+__global__ void __launch_bounds__(int8::kMmaWarps * kWarpSize, 4)
     int8_mma_kernel(const int8::MmaArgs p, int64_t groups_per_split, void* __restrict__ c,
                     ElemType c_type, float beta, const float* __restrict__ bias, bool gelu,
                     float* __restrict__ partials) {

@@ -37,7 +37,7 @@ namespace ltm::kernels::cuda::int8 {
 inline constexpr int kMmaCols = 16;          // weight columns a warp (the mma's M)
 inline constexpr int kMmaMaxRows = 64;       // rows of A: 8 n-tiles of 8
 inline constexpr int kMmaWarps = 4;          // warps a block, each its own 16 columns
-inline constexpr int kMmaGroupsInFlight = 4;  // groups whose quants a lane loads before using
+inline constexpr int kMmaGroupsInFlight = 4;  // groups whose quants a lane has requested
 
 // Bytes 2 h and 2 h + 1 of `word` (two int8 quants, the first in the low half) as two fp16
 // values, exactly.
@@ -76,7 +76,7 @@ template <int NT>
 struct MmaLane {
   float acc[NT][4];
   float part[4];                         // one group's product for one n-tile, before the scale
-  uint32_t q[kMmaGroupsInFlight][2][2];  // [group][column g, g + 8][word: step 0, 1]
+  uint32_t q[kMmaGroupsInFlight][2][2];  // [slot][column g, g + 8][word: step 0, 1]
   float s[kMmaGroupsInFlight][2];        // the two columns' scales of each group
   uint32_t af[2][4];                     // the A fragments of the group in use, steps 0 and 1
 };
@@ -116,88 +116,89 @@ LTM_INT8_UNROLL
   });
 }
 
-// The quants and scales of groups j0 .. j0 + kMmaGroupsInFlight - 1 (those below j_end) of the
-// warp's columns c0 .. c0 + 15 (those below n; zeros for the rest): 8 bytes a column a group.
+// Slot u of the lane's quant registers: group j's quants and scales of the warp's columns
+// c0 .. c0 + 15 (zeros past j_end or n): 8 bytes a column.
 template <int NT, class W>
-LTM_INT8_HD void mma_load(W& w, const MmaArgs& p, int64_t c0, int64_t j0, int64_t j_end) {
+LTM_INT8_HD void mma_load(W& w, const MmaArgs& p, int64_t c0, int u, int64_t j, int64_t j_end) {
   const int64_t kp = padded_k(p.k), ng = groups(p.k);
   w.each([&](MmaLane<NT>& st, int lane) {
     const int g = lane >> 2, t = lane & 3;
 LTM_INT8_UNROLL
-    for (int u = 0; u < kMmaGroupsInFlight; ++u) {
-      const int64_t j = j0 + u;
-LTM_INT8_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const int64_t col = c0 + g + 8 * i;
-        st.q[u][i][0] = st.q[u][i][1] = 0;
-        st.s[u][i] = 0.0f;
-        if (j >= j_end || col >= p.n) continue;
-        const int8_t* src = p.q + col * kp + kGroup * j + 8 * t;  // 8-byte aligned
+    for (int i = 0; i < 2; ++i) {
+      const int64_t col = c0 + g + 8 * i;
+      st.q[u][i][0] = st.q[u][i][1] = 0;
+      st.s[u][i] = 0.0f;
+      if (j >= j_end || col >= p.n) continue;
+      const int8_t* src = p.q + col * kp + kGroup * j + 8 * t;  // 8-byte aligned
 #if defined(__CUDA_ARCH__)
-        const uint2 v = *reinterpret_cast<const uint2*>(src);
-        st.q[u][i][0] = v.x;
-        st.q[u][i][1] = v.y;
+      const uint2 v = *reinterpret_cast<const uint2*>(src);
+      st.q[u][i][0] = v.x;
+      st.q[u][i][1] = v.y;
 #else
-        std::memcpy(st.q[u][i], src, 8);
+      std::memcpy(st.q[u][i], src, 8);
 #endif
-        st.s[u][i] = scale_float(p.scales[col * ng + j]);
-      }
+      st.s[u][i] = scale_float(p.scales[col * ng + j]);
     }
   });
 }
 
-// Multiplies the groups mma_load loaded (those below j_end) into the accumulators: per group,
-// the A fragments once, then for each n-tile with a row below m two mma steps into `part` and
-// part times the scales into acc.
+// Group j (in slot u) into the accumulators: its A fragments once, then for each n-tile with a
+// row below m two mma steps into `part` and part times the scales into acc.
 template <int NT, class W>
-LTM_INT8_HD void mma_groups(W& w, const MmaArgs& p, int64_t j0, int64_t j_end) {
+LTM_INT8_HD void mma_group(W& w, const MmaArgs& p, int u, int64_t j) {
+  w.each([&](MmaLane<NT>& st, int) {
 LTM_INT8_UNROLL
-  for (int u = 0; u < kMmaGroupsInFlight; ++u) {
-    const int64_t j = j0 + u;
-    if (j >= j_end) break;
-    w.each([&](MmaLane<NT>& st, int) {
+    for (int s = 0; s < 2; ++s) {
+      st.af[s][0] = quant_pair_f16(st.q[u][0][s], 0);  // column g, k slots 2t, 2t+1
+      st.af[s][1] = quant_pair_f16(st.q[u][1][s], 0);  // column g + 8
+      st.af[s][2] = quant_pair_f16(st.q[u][0][s], 1);  // column g, slots 2t+8, 2t+9
+      st.af[s][3] = quant_pair_f16(st.q[u][1][s], 1);
+    }
+  });
 LTM_INT8_UNROLL
-      for (int s = 0; s < 2; ++s) {
-        st.af[s][0] = quant_pair_f16(st.q[u][0][s], 0);  // column g, k slots 2t, 2t+1
-        st.af[s][1] = quant_pair_f16(st.q[u][1][s], 0);  // column g + 8
-        st.af[s][2] = quant_pair_f16(st.q[u][0][s], 1);  // column g, slots 2t+8, 2t+9
-        st.af[s][3] = quant_pair_f16(st.q[u][1][s], 1);
-      }
+  for (int nt = 0; nt < NT; ++nt) {
+    if (8 * nt >= p.m) break;
+    w.each([](MmaLane<NT>& st, int) {
+LTM_INT8_UNROLL
+      for (int e = 0; e < 4; ++e) st.part[e] = 0.0f;
     });
 LTM_INT8_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
-      if (8 * nt >= p.m) break;
-      w.each([](MmaLane<NT>& st, int) {
+    for (int s = 0; s < 2; ++s)
+      w.template mma<false>(
+          [&](MmaLane<NT>& st, int, uint32_t a[4]) {
 LTM_INT8_UNROLL
-        for (int e = 0; e < 4; ++e) st.part[e] = 0.0f;
-      });
+            for (int r = 0; r < 4; ++r) a[r] = st.af[s][r];
+          },
+          [&](MmaLane<NT>&, int lane, uint32_t b[2]) {
+            act_quad(p, 8 * nt + (lane >> 2), kGroup * j + 8 * (lane & 3) + 4 * s, b);
+          },
+          [](MmaLane<NT>& st) { return st.part; });
+    w.each([&](MmaLane<NT>& st, int) {
 LTM_INT8_UNROLL
-      for (int s = 0; s < 2; ++s)
-        w.template mma<false>(
-            [&](MmaLane<NT>& st, int, uint32_t a[4]) {
-LTM_INT8_UNROLL
-              for (int r = 0; r < 4; ++r) a[r] = st.af[s][r];
-            },
-            [&](MmaLane<NT>&, int lane, uint32_t b[2]) {
-              act_quad(p, 8 * nt + (lane >> 2), kGroup * j + 8 * (lane & 3) + 4 * s, b);
-            },
-            [](MmaLane<NT>& st) { return st.part; });
-      w.each([&](MmaLane<NT>& st, int) {
-LTM_INT8_UNROLL
-        for (int e = 0; e < 4; ++e)
-          st.acc[nt][e] = fmaf(st.s[u][e >> 1], st.part[e], st.acc[nt][e]);
-      });
-    }
+      for (int e = 0; e < 4; ++e)
+        st.acc[nt][e] = fmaf(st.s[u][e >> 1], st.part[e], st.acc[nt][e]);
+    });
   }
 }
 
-// Groups [j_begin, j_end) of the warp's columns c0 .. c0 + 15, all of A's rows.
+// Groups [j_begin, j_end) of the warp's columns c0 .. c0 + 15, all of A's rows, in order. The
+// quants rotate through kMmaGroupsInFlight register slots: as soon as a slot's group is used, the
+// group kMmaGroupsInFlight further on is requested into it, so a lane keeps that many groups'
+// reads in flight while it multiplies (the same registers as loading a batch, using it, then
+// loading the next, without the wait for each batch).
 template <int NT, class W>
 LTM_INT8_HD void mma_columns(W& w, const MmaArgs& p, int64_t c0, int64_t j_begin, int64_t j_end) {
   mma_start<NT>(w);
+LTM_INT8_UNROLL
+  for (int u = 0; u < kMmaGroupsInFlight; ++u) mma_load<NT>(w, p, c0, u, j_begin + u, j_end);
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kMmaGroupsInFlight) {
-    mma_load<NT>(w, p, c0, j0, j_end);
-    mma_groups<NT>(w, p, j0, j_end);
+LTM_INT8_UNROLL
+    for (int u = 0; u < kMmaGroupsInFlight; ++u) {
+      const int64_t j = j0 + u;
+      if (j >= j_end) break;
+      mma_group<NT>(w, p, u, j);
+      mma_load<NT>(w, p, c0, u, j + kMmaGroupsInFlight, j_end);
+    }
   }
 }
 
