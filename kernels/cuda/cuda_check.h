@@ -16,14 +16,21 @@
 
 namespace ltm::kernels::cuda {
 
-[[noreturn]] inline void cuda_fail(cudaError_t error, const char* expr, const char* file,
-                                   int line) {
+// "ltm: <host>: <library> error <name> at <file>:<line>: <message> (<expr>)", then abort: the
+// failure of a CUDA call here, of a cuBLAS one in the backend (runtime/backend/cublas_check.h).
+[[noreturn]] inline void library_fail(const char* library, const char* name, const char* message,
+                                      const char* expr, const char* file, int line) {
   char host[256] = "unknown-host";
   gethostname(host, sizeof(host) - 1);
-  std::fprintf(stderr, "ltm: %s: CUDA error %s at %s:%d: %s (%s)\n", host,
-               cudaGetErrorName(error), file, line, cudaGetErrorString(error), expr);
+  std::fprintf(stderr, "ltm: %s: %s error %s at %s:%d: %s (%s)\n", host, library, name, file,
+               line, message, expr);
   std::fflush(stderr);
   std::abort();
+}
+
+[[noreturn]] inline void cuda_fail(cudaError_t error, const char* expr, const char* file,
+                                   int line) {
+  library_fail("CUDA", cudaGetErrorName(error), cudaGetErrorString(error), expr, file, line);
 }
 
 // The host-side invariant check of the kernel launchers (LTM_ASSERT without absl, so nvcc never

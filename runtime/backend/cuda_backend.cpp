@@ -42,7 +42,6 @@
 // (or "cuBLAS error") and aborts.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -68,6 +67,7 @@
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cublas_check.h"
 #include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cuda_int8.h"
 #include "runtime/backend/cuda_lt_gemm.h"
@@ -75,22 +75,6 @@
 
 namespace ltm {
 namespace {
-
-[[noreturn]] void cublas_fail(cublasStatus_t status, const char* expr, const char* file, int line) {
-  char host[256] = "unknown-host";
-  gethostname(host, sizeof(host) - 1);
-  std::fprintf(stderr, "ltm: %s: cuBLAS error %s at %s:%d: %s (%s)\n", host,
-               cublasGetStatusName(status), file, line, cublasGetStatusString(status), expr);
-  std::fflush(stderr);
-  std::abort();
-}
-
-#define LTM_CUBLAS_CHECK(expr)                                             \
-  do {                                                                     \
-    const cublasStatus_t _ltm_cublas_status = (expr);                      \
-    if (_ltm_cublas_status != CUBLAS_STATUS_SUCCESS) [[unlikely]]          \
-      cublas_fail(_ltm_cublas_status, #expr, __FILE__, __LINE__);          \
-  } while (0)
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);

@@ -3,7 +3,8 @@
 // into columns of quants and their scales (kernels/cuda/int8_gemm.h's layout), staged and put
 // in place by two strided copies (kernels/cuda/int8_layout.h's geometry). The GEMMs on them are
 // the backend's matmul_int8 (cuda_backend.cpp): kernels/cuda/int8_gemm.h's weight-streaming kernel
-// up to kInt8GemvMaxRows rows, a dequantized fp16 copy on cuBLASLt beyond.
+// up to kInt8GemvMaxRows rows, its tensor-core kernel up to kInt8MmaMaxRows, a dequantized fp16
+// copy on cuBLASLt beyond.
 // Threading: one thread at a time (the backend's); each call waits for its copies, since the
 // staging is rewritten by the next (loading is not hot).
 #pragma once

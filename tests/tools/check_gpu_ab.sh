@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_ab against a stub ltm-bench (no GPU needed) whose figures depend on the switches'
 # environment: each pair's median new / old ratio must come out as the stub's (prefill 1.5,
-# bias 1.1, int8 reads 1.2, decode lanes 1.05, int8 mma 1.3) with the runs alternated; a failing ltm-bench must
-# make it exit 1; a budget too small for all runs must stop it with the pairs it could not finish
-# named; no ltm-bench must exit 2.
+# bias 1.1, int8 reads 1.2, decode lanes 1.05, int8 mma 1.3) with the runs alternated; a failing
+# ltm-bench must make it exit 1; a budget too small for all runs must stop it with the pairs it
+# could not finish named; no ltm-bench must exit 2.
 #   check_gpu_ab.sh SOURCE_DIR PYTHON
 # shellcheck source=tests/tools/check_lib.sh
 source "$(dirname "$0")/check_lib.sh"
