@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/panel_runs.h"
+#include "kernels/cpu/steal_for.h"
 
 namespace ltm::kernels::cpu {
 
@@ -143,8 +144,7 @@ void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float*
                  n, rows, k, std::min(kPanelWidth, n - c0), beta);
   };
   if (team) return step_team_static(panels * split.blocks, item_gemm);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t item = 0; item < panels * split.blocks; ++item) item_gemm(item);
+  steal_for(panels * split.blocks, threads, item_gemm);
 }
 }  // namespace
 

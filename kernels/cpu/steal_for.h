@@ -1,0 +1,108 @@
+// steal_for(n, threads, fn): fn(i) for every i in [0, n) exactly once, over an OpenMP region of
+// `threads` threads. Each thread starts on the contiguous range schedule(static) would give it and
+// runs it front to back; a thread whose range is done takes items one at a time from the back of
+// the range with the most left, until none is left.
+//
+// Why: the GEMMs' items (a panel of 64 columns for a block of rows) cost the same, but the threads
+// do not run at the same speed. On the 2-core Zen 4 VM of docs/benchmarks.md (forced AVX2,
+// GPT-2-124M, 2026-12-06), timed per thread by a temporary patch, one thread of a batch-32 GEMM
+// region finished its half 5-29% after the other (presumably the host taking a vCPU now and then)
+// while the other spun at the barrier; schedule(dynamic) loses the order in which a panel's last
+// chunk prefetches the next panel (panel_loops.inc), and the batch-32 step ran 3-28% slower with
+// it. Here the owner keeps its order and only its range's end moves: batch-32 decode 1.054x and
+// 32 x 32 prefill 1.193x the static split (medians of 8 alternating rounds).
+//
+// Which thread runs an item does not change its result: fn(i) must depend on i alone (each GEMM
+// item writes its own block of C with the same code), so the bits are those of the static split.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace ltm::kernels::cpu {
+
+namespace steal_detail {
+
+// A range [lo, hi) in one word, so that the owner's lo + 1 and a thief's hi - 1 cannot both take
+// the last item.
+struct alignas(64) Range {
+  std::atomic<uint64_t> bounds{0};
+};
+
+inline uint64_t pack(uint64_t lo, uint64_t hi) { return (lo << 32) | hi; }
+
+// The first item of r (its owner), or -1 where r is empty.
+inline int64_t take_front(Range& r) {
+  uint64_t s = r.bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t lo = s >> 32, hi = s & 0xffffffffu;
+    if (lo >= hi) return -1;
+    if (r.bounds.compare_exchange_weak(s, pack(lo + 1, hi), std::memory_order_relaxed))
+      return static_cast<int64_t>(lo);
+  }
+}
+
+// The last item of r (a thief), or -1 where r is empty.
+inline int64_t take_back(Range& r) {
+  uint64_t s = r.bounds.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t lo = s >> 32, hi = s & 0xffffffffu;
+    if (lo >= hi) return -1;
+    if (r.bounds.compare_exchange_weak(s, pack(lo, hi - 1), std::memory_order_relaxed))
+      return static_cast<int64_t>(hi - 1);
+  }
+}
+
+inline int64_t left(const Range& r) {
+  const uint64_t s = r.bounds.load(std::memory_order_relaxed);
+  const int64_t lo = static_cast<int64_t>(s >> 32), hi = static_cast<int64_t>(s & 0xffffffffu);
+  return hi - lo;
+}
+
+}  // namespace steal_detail
+
+inline constexpr int kMaxStealThreads = 64;
+
+// See above. More than kMaxStealThreads threads, or n past 32 bits: schedule(static).
+template <typename Fn>
+void steal_for(int64_t n, int threads, Fn&& fn) {
+  threads = std::max(1, threads);
+  if (threads > kMaxStealThreads || n >= (int64_t{1} << 31)) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  if (threads == 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  using steal_detail::Range;
+  Range ranges[kMaxStealThreads];
+  for (int t = 0; t < threads; ++t)
+    ranges[t].bounds.store(steal_detail::pack(static_cast<uint64_t>(n * t / threads),
+                                              static_cast<uint64_t>(n * (t + 1) / threads)),
+                           std::memory_order_relaxed);
+  // The region may get fewer threads than asked (a nested or limited team): the ranges nobody
+  // owns are taken by the others from the back.
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    for (int64_t i; (i = steal_detail::take_front(ranges[t])) >= 0;) fn(i);
+    for (;;) {
+      int victim = -1;
+      int64_t most = 0;
+      for (int v = 0; v < threads; ++v) {
+        const int64_t l = steal_detail::left(ranges[v]);
+        if (l > most) most = l, victim = v;
+      }
+      if (victim < 0) break;
+      const int64_t i = steal_detail::take_back(ranges[victim]);
+      if (i >= 0) fn(i);
+    }
+  }
+}
+
+}  // namespace ltm::kernels::cpu

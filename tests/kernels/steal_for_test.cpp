@@ -1,0 +1,95 @@
+// steal_for (kernels/cpu/steal_for.h), the GEMMs' split of their items over the threads: every
+// item runs exactly once whatever the counts; a thread's own range runs front to back; a stalled
+// thread's items are taken by the others from the back of its range; a team smaller than asked
+// (a call inside another region) still runs every item.
+#include "kernels/cpu/steal_for.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ltm {
+namespace {
+
+namespace kc = kernels::cpu;
+
+TEST(StealFor, EveryItemRunsExactlyOnce) {
+  for (int threads : {1, 2, 3, 4, 7}) {
+    for (int64_t n : {0, 1, 2, 5, 64, 1000, 4099}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      kc::steal_for(n, threads, [&](int64_t i) {
+        ASSERT_GE(i, 0);
+        ASSERT_LT(i, n);
+        runs[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1)
+            << "item " << i << " of " << n << ", " << threads << " threads";
+    }
+  }
+}
+
+// Thread 0 stalls on its first item; thread 1 runs its own half, then the rest of thread 0's from
+// the back, so thread 0 finds nothing left when it wakes.
+TEST(StealFor, AStalledThreadsItemsAreTakenFromTheBack) {
+  constexpr int64_t kItems = 64;
+  std::mutex mu;
+  std::vector<std::vector<int64_t>> by_thread(2);
+  kc::steal_for(kItems, 2, [&](int64_t i) {
+    // 1 ms an item, so that thread 0 is surely at its first item before thread 1 is done.
+    std::this_thread::sleep_for(std::chrono::milliseconds(i == 0 ? 300 : 1));
+    std::lock_guard<std::mutex> lock(mu);
+    by_thread[static_cast<size_t>(omp_get_thread_num())].push_back(i);
+  });
+  if (by_thread[1].empty()) GTEST_SKIP() << "the region ran on one thread";
+  ASSERT_EQ(by_thread[0].size() + by_thread[1].size(), static_cast<size_t>(kItems));
+  EXPECT_EQ(by_thread[0], std::vector<int64_t>{0}) << "thread 0 kept items it stalled before";
+  ASSERT_EQ(by_thread[1].size(), static_cast<size_t>(kItems - 1));
+  for (int64_t j = 0; j < kItems / 2; ++j)  // its own range in order
+    EXPECT_EQ(by_thread[1][static_cast<size_t>(j)], kItems / 2 + j);
+  for (int64_t j = 0; j + 1 < kItems / 2; ++j)  // then thread 0's, from the back
+    EXPECT_EQ(by_thread[1][static_cast<size_t>(kItems / 2 + j)], kItems / 2 - 1 - j);
+}
+
+TEST(StealFor, OwnRangesRunFrontToBack) {
+  constexpr int64_t kItems = 1000;
+  std::vector<std::vector<int64_t>> by_thread(3);
+  std::mutex mu;
+  kc::steal_for(kItems, 3, [&](int64_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    by_thread[static_cast<size_t>(omp_get_thread_num())].push_back(i);
+  });
+  for (int t = 0; t < 3; ++t) {
+    const int64_t lo = kItems * t / 3, hi = kItems * (t + 1) / 3;
+    int64_t last = -1;
+    for (int64_t i : by_thread[static_cast<size_t>(t)]) {
+      if (i < lo || i >= hi) continue;  // taken from another thread's range
+      EXPECT_GT(i, last) << "thread " << t;
+      last = i;
+    }
+  }
+}
+
+// Inside another parallel region (nesting off) the team has one thread: it runs its own range
+// and then takes every other one.
+TEST(StealFor, ATeamSmallerThanAskedRunsEverything) {
+  const int saved = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+  constexpr int64_t kItems = 257;
+  std::vector<std::atomic<int>> runs(kItems);
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    kc::steal_for(kItems, 4, [&](int64_t i) { runs[static_cast<size_t>(i)].fetch_add(1); });
+  }
+  omp_set_max_active_levels(saved);
+  for (int64_t i = 0; i < kItems; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << i;
+}
+
+}  // namespace
+}  // namespace ltm
