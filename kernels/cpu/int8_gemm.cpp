@@ -19,6 +19,7 @@
 #include "kernels/cpu/isa_kernels.h"  // split_rows
 #include "kernels/cpu/panel_runs.h"
 #include "kernels/cpu/static_for.h"
+#include "kernels/cpu/steal_for.h"
 #include "kernels/cpu/weight_type.h"
 
 namespace ltm::kernels::cpu {
@@ -314,10 +315,12 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     return;
   }
 #endif
-  // Items are handed out one at a time as threads free up: on a host whose other jobs take a core
-  // from one of the threads for a while, the others carry on with the GEMM instead of spinning at
-  // its end (measured under load average 10: two thirds of a prefill's samples in libgomp's spin
-  // with a static split). An item is a whole panel's worth of rows: the counter costs nothing.
+  // A thread whose range is done takes items from the back of the others' (steal_for): on a host
+  // whose other jobs take a core from one of the threads for a while, the others carry on with
+  // the GEMM instead of spinning at its end (measured under load average 10: two thirds of a
+  // prefill's samples in libgomp's spin with a static split), and unlike schedule(dynamic), which
+  // this replaced, each thread walks its panels in memory order (forced AVX2, Zen 4 VM: batch-32
+  // decode 1.20x, 6 alternating rounds; AVX-512 prefill of 512 tokens 1.03x, 10 rounds).
   const bool team = in_step_team();  // a small step's team (step_team.h): its threads, no region
   const RowSplit split = split_rows(m, panels, team ? step_team_size() : threads);
   auto item_gemm = [&](int64_t item) {
@@ -328,8 +331,7 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     kernel(ar, w + j * panel_bytes(k), c + r0 * n + c0, n, rows, std::min(kWidth, n - c0), beta);
   };
   if (team) return step_team_for(panels * split.blocks, item_gemm);
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-  for (int64_t item = 0; item < panels * split.blocks; ++item) item_gemm(item);
+  steal_for(panels * split.blocks, threads, item_gemm);
 }
 
 }  // namespace ltm::kernels::cpu
