@@ -189,30 +189,24 @@ void packed_gemm_bf16_rounded(const float* a, const uint16_t* w, float* c, int64
   RowSplit split = split_rows(m, panels, threads);
   split.rows = (split.rows + 15) / 16 * 16;  // whole tiles
   split.blocks = (m + split.rows - 1) / split.rows;
-#pragma omp parallel num_threads(threads)
-  {
+  // Each thread runs its items in order and knows the one it takes next, whose panel it
+  // prefetches (amx::panel_gemm_bf16); steal_for.
+  steal_for(panels * split.blocks, threads, [&](int64_t item, int64_t next_item) {
     alignas(64) uint16_t tail[16 * 2 * kPanelWidth];  // the last pair rows, zero-padded to a tile
     alignas(64) float c_tile[16 * kPanelWidth];
-    // Each thread's items are one contiguous range (as schedule(static)), so that it knows the
-    // panel it takes next and can prefetch it (amx::panel_gemm_bf16).
-    const int64_t items = panels * split.blocks;
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t lo = items * t / nt, hi = items * (t + 1) / nt;
-    for (int64_t item = lo; item < hi; ++item) {
-      const int64_t j = item % panels, r0 = (item / panels) * split.rows;
-      const int64_t rows = std::min(split.rows, m - r0);
-      const int64_t c0 = j * kPanelWidth;
-      if (!amx) {
-        avx512::bf16dot::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems,
-                                         c + r0 * n + c0, n, rows, k,
-                                         std::min(kPanelWidth, n - c0), beta);
-        continue;
-      }
-      const uint16_t* next = item + 1 < hi ? w + ((item + 1) % panels) * panel_elems : nullptr;
-      amx::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n, rows, k,
-                           std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
+    const int64_t j = item % panels, r0 = (item / panels) * split.rows;
+    const int64_t rows = std::min(split.rows, m - r0);
+    const int64_t c0 = j * kPanelWidth;
+    if (!amx) {
+      avx512::bf16dot::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems,
+                                       c + r0 * n + c0, n, rows, k,
+                                       std::min(kPanelWidth, n - c0), beta);
+      return;
     }
-  }
+    const uint16_t* next = next_item >= 0 ? w + (next_item % panels) * panel_elems : nullptr;
+    amx::panel_gemm_bf16(a16 + r0 * kpad, kpad, w + j * panel_elems, c + r0 * n + c0, n, rows, k,
+                         std::min(kPanelWidth, n - c0), beta, tail, c_tile, next);
+  });
 }
 
 }  // namespace

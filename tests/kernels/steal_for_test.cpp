@@ -11,6 +11,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ltm {
@@ -72,6 +73,38 @@ TEST(StealFor, OwnRangesRunFrontToBack) {
       EXPECT_GT(i, last) << "thread " << t;
       last = i;
     }
+  }
+}
+
+// The hint a kernel prefetches by: the item after i in the thread's own range while it has one
+// (the one it then runs, unless a thief took it first), -1 for the items it took from others.
+TEST(StealFor, TheNextHintIsTheOwnRangesNextItem) {
+  for (int threads : {1, 2, 3}) {
+    constexpr int64_t kItems = 301;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> by_thread(static_cast<size_t>(threads));
+    std::mutex mu;
+    kc::steal_for(kItems, threads, [&](int64_t i, int64_t next) {
+      std::lock_guard<std::mutex> lock(mu);
+      by_thread[static_cast<size_t>(omp_get_thread_num())].emplace_back(i, next);
+    });
+    int64_t total = 0;
+    for (int t = 0; t < threads; ++t) {
+      const auto& seq = by_thread[static_cast<size_t>(t)];
+      total += static_cast<int64_t>(seq.size());
+      const int64_t lo = kItems * t / threads, hi = kItems * (t + 1) / threads;
+      for (size_t j = 0; j < seq.size(); ++j) {
+        const auto [i, next] = seq[j];
+        if (i < lo || i >= hi) {
+          EXPECT_EQ(next, -1) << "a stolen item " << i << " hinted " << next;
+          continue;
+        }
+        if (next < 0) continue;  // its range's last, or the rest taken
+        EXPECT_EQ(next, i + 1) << "thread " << t;
+        if (j + 1 < seq.size() && seq[j + 1].first >= lo && seq[j + 1].first < hi)
+          EXPECT_EQ(seq[j + 1].first, next) << "thread " << t;
+      }
+    }
+    EXPECT_EQ(total, kItems);
   }
 }
 
