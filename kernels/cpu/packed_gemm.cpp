@@ -143,8 +143,7 @@ void run_panels(PanelGemm panel_gemm, const float* a, const Elem* packed, float*
       panel_gemm(a + r0 * k, packed + static_cast<size_t>(j) * panel_rows * kPanelWidth, c + r0 * n + c0,
                  n, rows, k, std::min(kPanelWidth, n - c0), beta);
   };
-  if (team) return step_team_static(panels * split.blocks, item_gemm);
-  steal_for(panels * split.blocks, threads, item_gemm);
+  steal_for(panels * split.blocks, threads, item_gemm);  // on the step team inside one
 }
 }  // namespace
 

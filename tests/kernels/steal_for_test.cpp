@@ -1,7 +1,7 @@
 // steal_for (kernels/cpu/steal_for.h), the GEMMs' split of their items over the threads: every
 // item runs exactly once whatever the counts; a thread's own range runs front to back; a stalled
 // thread's items are taken by the others from the back of its range; a team smaller than asked
-// (a call inside another region) still runs every item.
+// (a call inside another region) still runs every item; on a small step's team, its threads.
 #include "kernels/cpu/steal_for.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "kernels/cpu/step_team.h"
 
 namespace ltm {
 namespace {
@@ -106,6 +108,31 @@ TEST(StealFor, TheNextHintIsTheOwnRangesNextItem) {
     }
     EXPECT_EQ(total, kItems);
   }
+}
+
+// Inside a small step's team (step_team.h) the team's threads share the items, without a region
+// of their own, and a stalled thread's items are taken by the other.
+TEST(StealFor, OnAStepTeamTheTeamSharesTheItems) {
+  constexpr int64_t kItems = 64;
+  std::vector<std::atomic<int>> runs(kItems);
+  std::mutex mu;
+  std::vector<int64_t> on_caller, on_other;
+  bool team = false;
+  const std::thread::id caller = std::this_thread::get_id();
+  kc::run_step_team(2, [&] {
+    team = kc::in_step_team();
+    kc::steal_for(kItems, 7, [&](int64_t i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(i == 0 ? 300 : 1));
+      EXPECT_FALSE(omp_in_parallel() && omp_get_num_threads() > 2) << "a region inside the team";
+      runs[static_cast<size_t>(i)].fetch_add(1);
+      std::lock_guard<std::mutex> lock(mu);
+      (std::this_thread::get_id() == caller ? on_caller : on_other).push_back(i);
+    });
+  });
+  if (!team) GTEST_SKIP() << "no team (one thread)";
+  for (int64_t i = 0; i < kItems; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << i;
+  EXPECT_EQ(on_caller, std::vector<int64_t>{0}) << "the stalled caller's other items were not taken";
+  EXPECT_EQ(on_other.size(), static_cast<size_t>(kItems - 1));
 }
 
 // Inside another parallel region (nesting off) the team has one thread: it runs its own range
