@@ -131,7 +131,7 @@ TEST(StealFor, OnAStepTeamTheTeamSharesTheItems) {
   });
   if (!team) GTEST_SKIP() << "no team (one thread)";
   for (int64_t i = 0; i < kItems; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << i;
-  EXPECT_EQ(on_caller, std::vector<int64_t>{0}) << "the stalled caller's other items were not taken";
+  EXPECT_EQ(on_caller, std::vector<int64_t>{0}) << "the stalled caller's items were not taken";
   EXPECT_EQ(on_other.size(), static_cast<size_t>(kItems - 1));
 }
 
