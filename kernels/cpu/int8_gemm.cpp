@@ -330,8 +330,7 @@ void int8_gemm(const float* a, const void* packed, float* c, int64_t m, int64_t 
     const int8::QuantRows ar{q + r0 * kq, scale + r0 * groups, sum + r0 * groups, groups};
     kernel(ar, w + j * panel_bytes(k), c + r0 * n + c0, n, rows, std::min(kWidth, n - c0), beta);
   };
-  if (team) return step_team_for(panels * split.blocks, item_gemm);
-  steal_for(panels * split.blocks, threads, item_gemm);
+  steal_for(panels * split.blocks, threads, item_gemm);  // on the step team inside one
 }
 
 }  // namespace ltm::kernels::cpu
