@@ -32,6 +32,8 @@
 
 namespace ltm::kernels::cpu {
 
+inline constexpr int kMaxStealThreads = 64;
+
 namespace steal_detail {
 
 // A range [lo, hi) in one word, so that the owner's lo + 1 and a thief's hi - 1 cannot both take
@@ -42,33 +44,35 @@ struct alignas(64) Range {
 
 inline uint64_t pack(uint64_t lo, uint64_t hi) { return (lo << 32) | hi; }
 
-// The first item of r (its owner), or -1 where r is empty.
-inline int64_t take_front(Range& r) {
-  uint64_t s = r.bounds.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint64_t lo = s >> 32, hi = s & 0xffffffffu;
-    if (lo >= hi) return -1;
-    if (r.bounds.compare_exchange_weak(s, pack(lo + 1, hi), std::memory_order_relaxed))
-      return static_cast<int64_t>(lo);
-  }
+struct Bounds {
+  int64_t lo, hi;
+};
+inline Bounds unpack(uint64_t s) {
+  return {static_cast<int64_t>(s >> 32), static_cast<int64_t>(s & 0xffffffffu)};
 }
 
-// The last item of r (a thief), or -1 where r is empty.
-inline int64_t take_back(Range& r) {
+// The first item of r (its owner: back false) or its last (a thief), or -1 where r is empty.
+inline int64_t take(Range& r, bool back) {
   uint64_t s = r.bounds.load(std::memory_order_relaxed);
   for (;;) {
-    const uint64_t lo = s >> 32, hi = s & 0xffffffffu;
+    const auto [lo, hi] = unpack(s);
     if (lo >= hi) return -1;
-    if (r.bounds.compare_exchange_weak(s, pack(lo, hi - 1), std::memory_order_relaxed))
-      return static_cast<int64_t>(hi - 1);
+    const uint64_t rest = back ? pack(lo, hi - 1) : pack(lo + 1, hi);
+    if (r.bounds.compare_exchange_weak(s, rest, std::memory_order_relaxed))
+      return back ? hi - 1 : lo;
   }
 }
 
 // The item the owner of r would take next, or -1.
 inline int64_t front(const Range& r) {
-  const uint64_t s = r.bounds.load(std::memory_order_relaxed);
-  const uint64_t lo = s >> 32, hi = s & 0xffffffffu;
-  return lo < hi ? static_cast<int64_t>(lo) : -1;
+  const auto [lo, hi] = unpack(r.bounds.load(std::memory_order_relaxed));
+  return lo < hi ? lo : -1;
+}
+
+// Items r has left.
+inline int64_t left(const Range& r) {
+  const auto [lo, hi] = unpack(r.bounds.load(std::memory_order_relaxed));
+  return hi - lo;
 }
 
 template <typename Fn>
@@ -80,22 +84,11 @@ inline void call(Fn& fn, int64_t i, int64_t next) {
   }
 }
 
-inline int64_t left(const Range& r) {
-  const uint64_t s = r.bounds.load(std::memory_order_relaxed);
-  const int64_t lo = static_cast<int64_t>(s >> 32), hi = static_cast<int64_t>(s & 0xffffffffu);
-  return hi - lo;
-}
-
-}  // namespace steal_detail
-
-inline constexpr int kMaxStealThreads = 64;
-
-namespace steal_detail {
 
 // Thread t of `threads`: its own range front to back, then the others' from the back.
 template <typename Fn>
 void run(Range* ranges, int threads, int t, Fn& fn) {
-  for (int64_t i; (i = take_front(ranges[t])) >= 0;) call(fn, i, front(ranges[t]));
+  for (int64_t i; (i = take(ranges[t], false)) >= 0;) call(fn, i, front(ranges[t]));
   for (;;) {
     int victim = -1;
     int64_t most = 0;
@@ -104,7 +97,7 @@ void run(Range* ranges, int threads, int t, Fn& fn) {
       if (l > most) most = l, victim = v;
     }
     if (victim < 0) return;
-    const int64_t i = take_back(ranges[victim]);
+    const int64_t i = take(ranges[victim], true);
     if (i >= 0) call(fn, i, -1);
   }
 }
