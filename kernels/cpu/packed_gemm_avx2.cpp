@@ -36,6 +36,10 @@ constexpr int kMaxRows = 6;                   // rows of A per row group (panel_
 #define PG_AVX2_L2_NEXT 1
 #endif
 constexpr bool kL2Next = PG_AVX2_L2_NEXT != 0;  // the next chunk pulled into L2 (panel_loops.inc)
+// The first group's share of the next chunk (panel_loops.inc): m = 3..6 ran 1.9-2.1x with it,
+// 7..8 1.1-1.2x, 9 alike, 10..11 0.89-0.95x (docs/benchmarks.md, "The next chunk in L2 for few
+// rows"); m <= 2 decode on gemv_panels.
+constexpr int64_t kL2ShareFrom = 1, kL2ShareTo = 8;
 // A tile's share of panel_loops.inc's L2Stream, spread evenly over its k steps: `lines` lines
 // from `base`, one whenever a running sum of `lines` a step passes k (no division: the three
 // this took per strip were 2-3% of a batch-32 step in perf). A group's share is split over its

@@ -30,6 +30,10 @@ inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 #define PG_L2_NEXT 1  // 0: no prefetch of the next chunk of B (next_chunk_share), for comparisons
 #endif
 constexpr bool kL2Next = PG_L2_NEXT != 0;
+// The first group's share of the next chunk (panel_loops.inc): m = 2, 3 (a 2 or 3 x 64 tile)
+// ran 0.85-0.89x with it, m = 4 0.98-1.03x, m = 5..11 1.07-1.3x (docs/benchmarks.md, "The next
+// chunk in L2 for few rows").
+constexpr int64_t kL2ShareFrom = 5, kL2ShareTo = 11;
 constexpr int64_t kKChunk16 = kKChunk;  // 16-bit panels: rows converted per chunk
 
 // C[R rows, 64 cols] (masked by mk[] when kMasked) = acc + beta * C: every tile's epilogue.

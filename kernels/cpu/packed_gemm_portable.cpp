@@ -13,6 +13,7 @@ constexpr int kMaxRows = 1;
 constexpr int64_t kKChunk = int64_t{1} << 40;  // fp32 panels: the whole panel at once
 constexpr int64_t kKChunk16 = 64;
 constexpr bool kL2Next = false;
+constexpr int64_t kL2ShareFrom = 1, kL2ShareTo = 0;  // kL2Next off
 
 inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
