@@ -28,63 +28,65 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Rows [0, R) of A times 16 columns (quarter u) of one panel: C[R, 16u + cols'] = A @ P + beta * C,
-// `cols` counted from the panel's first column. 8 int32 accumulators (R = 4 rows x 2 vectors of 8
-// columns), the weights' 2 vectors loaded and flipped once per quad for the 4 rows; the fp32
-// accumulators live in memory (touched once per group), so that nothing spills from the 16 ymm
-// registers inside the quad loop.
+// The int32 sums of rows [0, R) of A times quarter u (16 columns) of group block g (at blk) of a
+// panel: is[r][v] for columns 16 u + 8 v .. + 8. The weights' 2 vectors are loaded and flipped
+// once per quad for the R rows.
 template <int R>
-inline void quarter_tile(const QuantRows& a, const uint8_t* panel, int u, float* c, int64_t ldc,
-                         int64_t cols, float beta) {
-  const int64_t groups = a.groups, kq = groups * 32;
+[[gnu::always_inline]] inline void quarter_sums(const QuantRows& a, const uint8_t* blk, int64_t g,
+                                                int u, __m256i (&is)[R][2]) {
+  const int64_t kq = a.groups * 32;
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
-  alignas(32) float acc[R][16];
-  for (int r = 0; r < R; ++r) {
-    _mm256_store_ps(&acc[r][0], _mm256_setzero_ps());
-    _mm256_store_ps(&acc[r][8], _mm256_setzero_ps());
-  }
-  const int8_t* q = a.q;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* blk = panel + g * kGroupBytes;
-    __m256i is[R][2];
-    for (int r = 0; r < R; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
+  for (int r = 0; r < R; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      const uint8_t* wq = blk + 128 + 256 * t + 64 * u;
-      const __m256i w0 =
-          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq)), flip);
-      const __m256i w1 =
-          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32)), flip);
+  for (int t = 0; t < 8; ++t) {
+    const uint8_t* wq = blk + 128 + 256 * t + 64 * u;
+    const __m256i w0 =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq)), flip);
+    const __m256i w1 =
+        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32)), flip);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256i x = _mm256_set1_epi32(load_i32(q + r * kq + 32 * g + 4 * t));
-        const __m256i ax = _mm256_abs_epi8(x);
-        is[r][0] = _mm256_add_epi32(
-            is[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, x)), ones));
-        is[r][1] = _mm256_add_epi32(
-            is[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, x)), ones));
-      }
-    }
-    const __m256 sw0 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u)));
-    const __m256 sw1 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u + 16)));
     for (int r = 0; r < R; ++r) {
-      const __m256 sa = _mm256_set1_ps(a.scale[r * groups + g]);
-      _mm256_store_ps(&acc[r][0], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]),
-                                                  _mm256_mul_ps(sw0, sa), _mm256_load_ps(&acc[r][0])));
-      _mm256_store_ps(&acc[r][8], _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]),
-                                                  _mm256_mul_ps(sw1, sa), _mm256_load_ps(&acc[r][8])));
+      const __m256i x = _mm256_set1_epi32(load_i32(a.q + r * kq + 32 * g + 4 * t));
+      const __m256i ax = _mm256_abs_epi8(x);
+      is[r][0] = _mm256_add_epi32(
+          is[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, x)), ones));
+      is[r][1] = _mm256_add_epi32(
+          is[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, x)), ones));
     }
   }
+}
+
+// acc[r][0..16) += is[r] (as fp32) x the quarter's weight scales x row r's scale for group g.
+template <int R>
+[[gnu::always_inline]] inline void add_quarter(const QuantRows& a, const uint8_t* blk, int64_t g,
+                                               int u, const __m256i (&is)[R][2], float* acc,
+                                               int64_t stride) {
+  const __m256 sw0 =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u)));
+  const __m256 sw1 =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * u + 16)));
+  for (int r = 0; r < R; ++r) {
+    const __m256 sa = _mm256_set1_ps(a.scale[r * a.groups + g]);
+    float* ar = acc + r * stride;
+    _mm256_store_ps(ar, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][0]), _mm256_mul_ps(sw0, sa),
+                                        _mm256_load_ps(ar)));
+    _mm256_store_ps(ar + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][1]), _mm256_mul_ps(sw1, sa),
+                                            _mm256_load_ps(ar + 8)));
+  }
+}
+
+// C[R, cols] = acc + beta * C, cols <= 8 * vectors, acc's rows `stride` floats apart.
+template <int R>
+inline void store_rows(const float* acc, int64_t stride, int vectors, float* c, int64_t ldc,
+                       int64_t cols, float beta) {
   const __m256 vb = _mm256_set1_ps(beta);
   for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc + 16 * u;
-    for (int v = 0; v < 2; ++v) {
-      const int64_t left = cols - 16 * u - 8 * v;
+    float* cr = c + r * ldc;
+    for (int v = 0; v < vectors; ++v) {
+      const int64_t left = cols - 8 * v;
       if (left <= 0) break;
-      __m256 out = _mm256_load_ps(&acc[r][8 * v]);
+      __m256 out = _mm256_load_ps(acc + r * stride + 8 * v);
       if (left >= 8) {
         if (beta != 0.0f) out = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8 * v), out);
         _mm256_storeu_ps(cr + 8 * v, out);
@@ -98,10 +100,47 @@ inline void quarter_tile(const QuantRows& a, const uint8_t* panel, int u, float*
   }
 }
 
-template <int R>
-inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t cols,
-                 float beta) {
-  for (int u = 0; u < 4 && 16 * u < cols; ++u) quarter_tile<R>(a, panel, u, c, ldc, cols, beta);
+// Rows [0, R) of A times one panel: C[R, cols] = A @ P + beta * C, 8 int32 accumulators at a time
+// (R = 4 rows x 2 vectors of 8 columns, a quarter of the panel's columns) and the fp32 ones in
+// memory (touched once per group and quarter), so that nothing spills from the 16 ymm registers
+// inside the quad loop. kOnly (these rows are the panel's only tile: m <= 4,
+// int8_panel_rows.inc): group block by group block, each block's quarters in turn, so that the
+// panel is read once front to back; otherwise (as every m was before) a quarter over all the
+// groups, then the next: 4 passes over the panel with a 256-byte stride, which ran m = 2..4
+// 1.1-1.9x slower from memory, but m >= 5 (later tiles read the panel from L2) block by block ran
+// 0.8-0.97x (docs/benchmarks.md, "The next chunk in L2 for few rows"). Each column sums its
+// groups in order either way: the same bits. Not inlined: inlined into panel_gemm, m >= 5 ran
+// 4-14% slower than the same loops did before they were split into these helpers.
+template <int R, bool kOnly>
+[[gnu::noinline]] void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc,
+                            int64_t cols, float beta) {
+  const int quarters = cols >= 64 ? 4 : static_cast<int>((cols + 15) / 16);
+  __m256i is[R][2];
+  if constexpr (kOnly) {
+    alignas(32) float acc[R][64];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 8; ++v) _mm256_store_ps(&acc[r][8 * v], _mm256_setzero_ps());
+    for (int64_t g = 0; g < a.groups; ++g) {
+      const uint8_t* blk = panel + g * kGroupBytes;
+      for (int u = 0; u < quarters; ++u) {
+        quarter_sums<R>(a, blk, g, u, is);
+        add_quarter<R>(a, blk, g, u, is, &acc[0][16 * u], 64);
+      }
+    }
+    store_rows<R>(&acc[0][0], 64, 8, c, ldc, cols, beta);
+  } else {
+    for (int u = 0; u < quarters; ++u) {
+      alignas(32) float acc[R][16];
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < 2; ++v) _mm256_store_ps(&acc[r][8 * v], _mm256_setzero_ps());
+      for (int64_t g = 0; g < a.groups; ++g) {
+        const uint8_t* blk = panel + g * kGroupBytes;
+        quarter_sums<R>(a, blk, g, u, is);
+        add_quarter<R>(a, blk, g, u, is, &acc[0][0], 16);
+      }
+      store_rows<R>(&acc[0][0], 16, 2, c + 16 * u, ldc, cols - 16 * u, beta);
+    }
+  }
 }
 
 }  // namespace

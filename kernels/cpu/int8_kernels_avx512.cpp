@@ -28,8 +28,9 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Rows [0, R) of A (a points at the first) times one panel: C[R, cols] = A @ P + beta * C.
-template <int R>
+// Rows [0, R) of A (a points at the first) times one panel: C[R, cols] = A @ P + beta * C; the
+// panel read once front to back whatever kOnly (see the AVX2 tile).
+template <int R, bool kOnly>
 inline void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc, int64_t cols,
                  float beta) {
   const int64_t groups = a.groups, kq = groups * 32;
