@@ -31,7 +31,7 @@ inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 #endif
 constexpr bool kL2Next = PG_L2_NEXT != 0;
 // The first group's share of the next chunk (panel_loops.inc): m = 2, 3 (a 2 or 3 x 64 tile)
-// ran 0.85-0.89x with it, m = 4 0.98-1.03x, m = 5..11 1.07-1.3x (docs/benchmarks.md, "The next
+// ran 0.85-0.92x with it, m = 4 0.93-1.03x, m = 5..11 1.07-1.3x (docs/benchmarks.md, "The next
 // chunk in L2 for few rows").
 constexpr int64_t kL2ShareFrom = 5, kL2ShareTo = 11;
 constexpr int64_t kKChunk16 = kKChunk;  // 16-bit panels: rows converted per chunk
