@@ -109,8 +109,9 @@ inline void store_rows(const float* acc, int64_t stride, int vectors, float* c, 
 // groups, then the next: 4 passes over the panel with a 256-byte stride, which ran m = 2..3
 // 1.1-1.9x slower from memory (m = 4 about the same), but m >= 5 (later tiles read the panel from
 // L2) block by block ran 0.85-0.97x at m = 6..8 (docs/benchmarks.md, "The next chunk in L2 for
-// few rows"). Each column sums its groups in order either way: the same bits. Not inlined: inlined into panel_gemm,
-// m >= 5 ran 2-14% slower than the same loops did before they were split into these helpers.
+// few rows"). Each column sums its groups in order either way: the same bits. Not inlined:
+// inlined into panel_gemm, m >= 5 ran 2-14% slower than the same loops did before they were split
+// into these helpers.
 template <int R, bool kOnly>
 [[gnu::noinline]] void tile(const QuantRows& a, const uint8_t* panel, float* c, int64_t ldc,
                             int64_t cols, float beta) {
