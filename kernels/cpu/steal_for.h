@@ -84,7 +84,6 @@ inline void call(Fn& fn, int64_t i, int64_t next) {
   }
 }
 
-
 // Thread t of `threads`: its own range front to back, then the others' from the back.
 template <typename Fn>
 void run(Range* ranges, int threads, int t, Fn& fn) {
