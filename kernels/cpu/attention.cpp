@@ -175,32 +175,41 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   struct Item {
     int seq, head, row_begin, n_rows;
   };
-  std::vector<Item> items;
   std::vector<int> matrix_seqs;
   int max_ctx = 0;
   for (int seq = 0; seq < s.n_seqs; ++seq) {
-    const int n_new = s.token_offsets[seq + 1] - s.token_offsets[seq];
-    if (n_new >= kMatrixRows) {
+    if (s.token_offsets[seq + 1] - s.token_offsets[seq] >= kMatrixRows) {
       matrix_seqs.push_back(seq);
       continue;
     }
     max_ctx = std::max(max_ctx, static_cast<int>(s.context_lens[seq]));
-    for (int h = 0; h < s.n_head; ++h)
-      for (int r = 0; r < n_new; r += kQueryTile)
-        items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});
   }
   if (!matrix_seqs.empty()) {
     static thread_local std::vector<float> scratch;  // reused: no page faults per layer
     for (int seq : matrix_seqs) attend_matrix(s, seq, qkv, k_cache, v_cache, out, scratch, kt);
   }
-  const int64_t n_items = static_cast<int64_t>(items.size());
-  if (n_items == 0) return;
   // A sequence's heads on one thread, in order: head h's rows of a cache block sit next to head
   // h + 1's, so the hardware's prefetch of one helps the next (10% for a batch of 32). With fewer
   // sequences than twice the threads that would leave threads idle (one sequence's decode or
-  // verify step: every head on one thread), so there the heads are dealt out one by one.
+  // verify step: every head on one thread), so there the heads are dealt out one by one. An fp32
+  // cache's item is then a tile of a sequence's rows with every head (head -1), each row reading
+  // a cache block's runs of all the heads front to back (attend_tile): its kernel 1.17x with the
+  // caches in memory; a 16-bit cache's kernel ran 0.85x so (docs/benchmarks.md, "Decode
+  // attention a block at a time").
   const int n_tiled_seqs = s.n_seqs - static_cast<int>(matrix_seqs.size());
-  const int chunk = n_tiled_seqs >= 2 * omp_get_max_threads() ? std::max(1, s.n_head) : 1;
+  const bool many = n_tiled_seqs >= 2 * omp_get_max_threads();
+  const bool all_heads = many && s.kv_type == WeightType::kF32;
+  const int chunk = many && !all_heads ? std::max(1, s.n_head) : 1;
+  std::vector<Item> items;
+  for (int seq = 0; seq < s.n_seqs; ++seq) {
+    const int n_new = s.token_offsets[seq + 1] - s.token_offsets[seq];
+    if (n_new >= kMatrixRows) continue;
+    for (int h = all_heads ? -1 : 0; h < (all_heads ? 0 : s.n_head); ++h)
+      for (int r = 0; r < n_new; r += kQueryTile)
+        items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  if (n_items == 0) return;
   const auto attend = [&](const Item& it, float* scores) {
     switch (s.kv_type) {
       case WeightType::kF32:
@@ -221,7 +230,9 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
       case WeightType::kInt8: break;  // weights only (see gather_rows_f32)
     }
   };
-  const size_t score_floats = static_cast<size_t>(kQueryTile) * std::max(max_ctx, 1);
+  const size_t score_floats =
+      static_cast<size_t>(all_heads ? std::max(kQueryTile, s.n_head) : kQueryTile) *
+      std::max(max_ctx, 1);
   if (in_step_team()) {  // a small step's team (step_team.h): items in turn, no region
     step_team_for(n_items, [&](int64_t i) {
       static thread_local std::vector<float> scores;  // each team thread's own

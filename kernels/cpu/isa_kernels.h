@@ -27,7 +27,9 @@ struct KernelTable {
   void (*add)(float* x, const float* y, int64_t n);                           // x += y
   void (*add_bias)(float* x, const float* bias, int64_t rows, int64_t cols);  // x[r,:] += bias
   // One (sequence, head, tile of up to kQueryTile query rows) of decode attention; `scores`
-  // holds kQueryTile * context floats.
+  // holds kQueryTile * context floats. head < 0: every head of the tile's rows (each row's heads
+  // a cache block at a time on the vector paths, the same bits as head by head); `scores` then
+  // holds max(n_head, kQueryTile) * context floats.
   void (*attend_tile)(const PagedAttentionShape& s, int seq, int head, int row_begin, int n_rows,
                       const float* qkv, const float* k_cache, const float* v_cache, float* out,
                       float* scores);

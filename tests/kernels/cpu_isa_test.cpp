@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_isa.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -336,6 +337,63 @@ TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
                   << weight_type_name(t) << " head_dim=" << head_dim << " ctx=" << ctx
                   << " rows=" << n_new << " row=" << r << " i=" << i;
           }
+        }
+      }
+}
+
+// A batch of decode rows, one per sequence, with more sequences than twice the threads (each
+// sequence's heads on one thread; an fp32 cache's rows each read a cache block's runs of all the
+// heads before the next block, attend_heads_t) gives bit for bit what each row gives alone (its
+// heads dealt out one by one, attend_decode_t): a sequence's tokens must not depend on the batch.
+TEST_P(CpuKernelsIsa, DecodeBatchRowEqualsTheRowAlone) {
+  const int n_seqs = 2 * omp_get_max_threads() + 3;
+  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16})
+    for (int head_dim : {64, 128, 40})
+      for (int n_kv : {4, 2}) {
+        const int n_head = 4, block_size = 16, max_blocks = 5;
+        const int64_t d = static_cast<int64_t>(n_head) * head_dim;
+        const int64_t stride = static_cast<int64_t>(n_head + 2 * n_kv) * head_dim;
+        const int n_blocks = n_seqs * max_blocks;
+        std::vector<int32_t> blocks(n_blocks);
+        std::iota(blocks.begin(), blocks.end(), 0);
+        std::shuffle(blocks.begin(), blocks.end(), std::mt19937(31));
+        const size_t cache = static_cast<size_t>(n_blocks) * n_kv * block_size * head_dim;
+        const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 32);
+        const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 33);
+        std::vector<uint16_t> k16(cache), v16(cache);
+        for (size_t i = 0; i < cache; ++i) {
+          k16[i] = t == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
+          v16[i] = t == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
+        }
+        const std::vector<float> qkv =
+            random_floats(static_cast<size_t>(n_seqs) * stride, -2.0f, 2.0f, 34);
+        std::vector<int32_t> lens(n_seqs);
+        for (int s = 0; s < n_seqs; ++s) lens[s] = 1 + (s * 23) % (max_blocks * block_size);
+        // seqs sequences from `first`, one new row each: their outputs
+        auto run = [&](int first, int seqs) {
+          std::vector<int32_t> offsets(seqs + 1);
+          std::iota(offsets.begin(), offsets.end(), 0);
+          PagedAttentionShape shape{seqs, n_head, head_dim, block_size, max_blocks,
+                                    offsets.data(), lens.data() + first,
+                                    blocks.data() + first * max_blocks};
+          shape.kv_type = t;
+          shape.n_kv_head = n_kv;
+          std::vector<float> out(static_cast<size_t>(seqs) * d, std::nanf(""));
+          const float* q = qkv.data() + first * stride;
+          if (t == WeightType::kF32)
+            paged_attention(shape, q, kc.data(), vc.data(), out.data());
+          else
+            paged_attention(shape, q, static_cast<const void*>(k16.data()),
+                            static_cast<const void*>(v16.data()), out.data());
+          return out;
+        };
+        const std::vector<float> batch = run(0, n_seqs);
+        for (int s = 0; s < n_seqs; ++s) {
+          const std::vector<float> alone = run(s, 1);
+          for (int64_t i = 0; i < d; ++i)
+            ASSERT_EQ(alone[i], batch[s * d + i])
+                << weight_type_name(t) << " head_dim=" << head_dim << " n_kv=" << n_kv
+                << " seq=" << s << " ctx=" << lens[s] << " i=" << i;
         }
       }
 }
