@@ -294,6 +294,28 @@ TEST_P(CpuKernelsIsa, PagedAttention16BitCaches) {
       for (int head_dim : {64, 40, 37, 128, 80}) check_attention(head_dim, t, block_size);
 }
 
+// Random K and V caches of `elems` values in [-1, 1), and their 16-bit forms for kv_type t.
+struct TestCaches {
+  std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;
+  TestCaches(size_t elems, WeightType t, unsigned seed)
+      : k(random_floats(elems, -1.0f, 1.0f, seed)), v(random_floats(elems, -1.0f, 1.0f, seed + 1)),
+        k16(elems), v16(elems) {
+    for (size_t i = 0; i < elems; ++i) {
+      k16[i] = t == WeightType::kBF16 ? f32_to_bf16(k[i]) : f32_to_f16(k[i]);
+      v16[i] = t == WeightType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+    }
+  }
+  // paged_attention over these caches, as shape.kv_type says.
+  void attend(const PagedAttentionShape& shape, const float* qkv, float* out) const {
+    if (shape.kv_type == WeightType::kF32)
+      paged_attention(shape, qkv, k.data(), v.data(), out);
+    else
+      paged_attention(shape, qkv, static_cast<const void*>(k16.data()),
+                      static_cast<const void*>(v16.data()), out);
+  }
+};
+
 // A decode row (one new row) gives bit for bit what the same row gives inside a chunk of 2..7 rows
 // (a speculative verify step: query tiles of 4, AVX-512 runs each row as a decode): a sequence's
 // tokens must not depend on how the scheduler cut its rows into steps, nor speculative greedy
@@ -306,13 +328,7 @@ TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
         std::vector<int32_t> blocks = {3, 0, 2, 1};
         const int64_t d = static_cast<int64_t>(n_head) * head_dim;
         const size_t cache = static_cast<size_t>(max_blocks) * n_head * block_size * head_dim;
-        const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 21);
-        const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 22);
-        std::vector<uint16_t> k16(cache), v16(cache);
-        for (size_t i = 0; i < cache; ++i) {
-          k16[i] = t == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
-          v16[i] = t == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
-        }
+        const TestCaches caches(cache, t, 21);
         const std::vector<float> qkv = random_floats(static_cast<size_t>(7) * 3 * d, -2.0f, 2.0f, 23);
         auto run = [&](int n_new, const float* q, int ctx_len) {  // every row's output
           const std::vector<int32_t> offsets = {0, n_new}, lens = {ctx_len};
@@ -320,11 +336,7 @@ TEST_P(CpuKernelsIsa, DecodeRowEqualsTheSameRowInAChunk) {
                                     offsets.data(), lens.data(), blocks.data()};
           shape.kv_type = t;
           std::vector<float> out(static_cast<size_t>(n_new) * d, std::nanf(""));
-          if (t == WeightType::kF32)
-            paged_attention(shape, q, kc.data(), vc.data(), out.data());
-          else
-            paged_attention(shape, q, static_cast<const void*>(k16.data()),
-                            static_cast<const void*>(v16.data()), out.data());
+          caches.attend(shape, q, out.data());
           return out;
         };
         for (int n_new : {2, 5, 7}) {
@@ -358,13 +370,7 @@ TEST_P(CpuKernelsIsa, DecodeBatchRowEqualsTheRowAlone) {
         std::iota(blocks.begin(), blocks.end(), 0);
         std::shuffle(blocks.begin(), blocks.end(), std::mt19937(31));
         const size_t cache = static_cast<size_t>(n_blocks) * n_kv * block_size * head_dim;
-        const std::vector<float> kc = random_floats(cache, -1.0f, 1.0f, 32);
-        const std::vector<float> vc = random_floats(cache, -1.0f, 1.0f, 33);
-        std::vector<uint16_t> k16(cache), v16(cache);
-        for (size_t i = 0; i < cache; ++i) {
-          k16[i] = t == WeightType::kBF16 ? f32_to_bf16(kc[i]) : f32_to_f16(kc[i]);
-          v16[i] = t == WeightType::kBF16 ? f32_to_bf16(vc[i]) : f32_to_f16(vc[i]);
-        }
+        const TestCaches caches(cache, t, 32);
         const std::vector<float> qkv =
             random_floats(static_cast<size_t>(n_seqs) * stride, -2.0f, 2.0f, 34);
         std::vector<int32_t> lens(n_seqs);
@@ -379,12 +385,7 @@ TEST_P(CpuKernelsIsa, DecodeBatchRowEqualsTheRowAlone) {
           shape.kv_type = t;
           shape.n_kv_head = n_kv;
           std::vector<float> out(static_cast<size_t>(seqs) * d, std::nanf(""));
-          const float* q = qkv.data() + first * stride;
-          if (t == WeightType::kF32)
-            paged_attention(shape, q, kc.data(), vc.data(), out.data());
-          else
-            paged_attention(shape, q, static_cast<const void*>(k16.data()),
-                            static_cast<const void*>(v16.data()), out.data());
+          caches.attend(shape, qkv.data() + first * stride, out.data());
           return out;
         };
         const std::vector<float> batch = run(0, n_seqs);
