@@ -194,7 +194,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   // verify step: every head on one thread), so there the heads are dealt out one by one. An fp32
   // cache's item is then a tile of a sequence's rows with every head (head -1), each row reading
   // a cache block's runs of all the heads front to back (attend_tile): its kernel 1.17x with the
-  // caches in memory; a 16-bit cache's kernel ran 0.85x so (docs/benchmarks.md, "Decode
+  // caches in memory; a 16-bit cache's kernel ran 0.85-0.91x so (docs/benchmarks.md, "Decode
   // attention a block at a time").
   const int n_tiled_seqs = s.n_seqs - static_cast<int>(matrix_seqs.size());
   const bool many = n_tiled_seqs >= 2 * omp_get_max_threads();
