@@ -42,6 +42,10 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
       options_.spec.token_cost > 0
           ? fixed_cost
           : decode_cost_.token_cost(static_cast<int32_t>(running_.size()), fixed_cost);
+  // Prompt lookup guesses for nothing (Proposer::free_guesses): every decoding sequence gets a
+  // guess of --spec-tokens at every step, checked against the tokens that follow whether it was
+  // drafted or not, and its drafts are the guess's first k.
+  const bool free_guesses = proposer_->free_guesses() && options_.spec.max_tokens > 0;
   int64_t seen = 0;
   for (auto& it : running_) {
     Sequence* seq = it.get();
@@ -51,6 +55,16 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
     if (seen++ >= max_seqs) continue;
     const int32_t n = static_cast<int32_t>(seq->tokens.size());
     if (n - seq->n_computed != 1) continue;  // in prefill
+    if (free_guesses && seq->guess_at < n) {
+      // The last guess against the tokens that came since; then a new one.
+      const std::span<const int32_t> since =
+          std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(seq->guess_at));
+      seq->draft_length.observe_guess(seq->guess, since);
+      seq->guess.clear();
+      seq->guess_at = n;
+      requests.push_back(
+          {seq->id, seq->tokens, seq->n_prompt, options_.spec.max_tokens, &seq->guess});
+    }
     // Drafts past the last token the request may still generate, or past the context window,
     // are never used: at most remaining - 1 (the step's last row adds one more token).
     const int32_t remaining = std::min(seq->req.max_new_tokens - seq->generated(),
@@ -70,8 +84,12 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
       if (const double s = proposer_->seconds_per_draft(); s > 0 && cost_.ready())
         token_cost += s / cost_.step_seconds(static_cast<int32_t>(running_.size()));
     }
-    const int32_t k = std::min(seq->draft_length.next(token_cost), remaining - 1);
+    const int32_t k = std::min(seq->draft_length.next(token_cost, !free_guesses), remaining - 1);
     if (k <= 0) continue;
+    if (free_guesses) {  // the guess's first k, below
+      wanted.emplace_back(seq, k);
+      continue;
+    }
     DraftRequest r{seq->id, seq->tokens, seq->n_prompt, k, &seq->drafts};
     if (seq->req.sampling.temperature > 0) {  // a proposer with a distribution samples from it
       r.sampling = &seq->req.sampling;
@@ -81,10 +99,12 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
     requests.push_back(r);
     wanted.emplace_back(seq, k);
   }
-  if (requests.empty()) return;
-  proposer_->propose_all(requests);
+  if (!requests.empty()) proposer_->propose_all(requests);
   const size_t V = static_cast<size_t>(config_.vocab_size);
   for (auto& [seq, k] : wanted) {
+    if (free_guesses)
+      seq->drafts.assign(seq->guess.begin(),
+                         seq->guess.begin() + std::min<ptrdiff_t>(k, std::ssize(seq->guess)));
     if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
     if (!seq->draft_probs.empty()) seq->draft_probs.resize(seq->drafts.size() * V);
   }
@@ -171,7 +191,8 @@ void Scheduler::note_draft_row(Sequence* seq, int32_t spec_row, const std::vecto
 void Scheduler::end_draft_step(Sequence* seq) {
   const int32_t proposed = static_cast<int32_t>(seq->drafts.size());
   const int32_t accepted = seq->drafts_accepted;
-  seq->draft_length.observe(proposed, accepted);
+  // A free proposer's guess, the drafts among it, is checked at the next step (propose_drafts).
+  if (!proposer_->free_guesses()) seq->draft_length.observe(proposed, accepted);
   seq->drafts.clear();
   seq->draft_probs.clear();
   {

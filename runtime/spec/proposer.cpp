@@ -69,7 +69,7 @@ int32_t best_draft_length(double a, double token_cost, int32_t max_tokens, doubl
   return best;
 }
 
-int32_t DraftLength::next(double token_cost) {
+int32_t DraftLength::next(double token_cost, bool probe) {
   if (max_tokens_ <= 0) return 0;
   const int32_t k = best_draft_length(acceptance(), token_cost, max_tokens_, kMinGain);
   if (k > 0) {
@@ -81,6 +81,7 @@ int32_t DraftLength::next(double token_cost) {
   // 16-sequence step of GPT-2-124M on two cores): probe kRareProbe times less often there, which
   // still lets the measured cost see steps with drafts and follow a change.
   const bool dear = best_draft_length(kProbeAcceptance, token_cost, max_tokens_) == 0;
+  if (!probe && !dear) return 0;  // the observed guesses tell what a probe would
   if (++idle_ >= (dear ? kRareProbe * kProbeEvery : kProbeEvery)) {
     idle_ = 0;
     return 1;
@@ -88,10 +89,16 @@ int32_t DraftLength::next(double token_cost) {
   return 0;
 }
 
-void DraftLength::observe(int32_t proposed, int32_t accepted) {
+void DraftLength::observe(int32_t proposed, int32_t accepted, double decay) {
   if (proposed <= 0) return;
-  accepted_ = accepted_ * kDecay + accepted;
-  examined_ = examined_ * kDecay + std::min(accepted + 1, proposed);
+  accepted_ = accepted_ * decay + accepted;
+  examined_ = examined_ * decay + std::min(accepted + 1, proposed);
+}
+
+void DraftLength::observe_guess(std::span<const int32_t> guess, std::span<const int32_t> actual) {
+  const size_t compared = std::min(guess.size(), actual.size());
+  observe(static_cast<int32_t>(compared), accepted_prefix(guess.first(compared), actual),
+          kGuessDecay);
 }
 
 int32_t accepted_prefix(std::span<const int32_t> drafts, std::span<const int32_t> sampled) {

@@ -97,6 +97,13 @@ class Proposer {
   // draft at this over the target's parameters instead of the seconds measured, so that the draft
   // lengths, and with them a seeded run's tokens, do not depend on timings.
   virtual int64_t parameters() const { return 0; }
+  // Whether a guess costs next to nothing and leaves no state behind (prompt lookup). The
+  // scheduler then asks for max_tokens guesses at every step of every decoding sequence, drafts
+  // only their first k, and checks all of them against the tokens that come
+  // (DraftLength::observe_guess): a sequence learns from every step, drafted or not, so one that
+  // has stopped drafting sees its text turn repetitive at once instead of at its next probe row,
+  // and probes cost nothing. The default (a draft model): guesses only where drafts are wanted.
+  virtual bool free_guesses() const { return false; }
 };
 
 // Prompt lookup: the last n tokens (n from max_ngram down to min_ngram) are looked up among the
@@ -114,6 +121,7 @@ class NgramProposer final : public Proposer {
       : max_ngram_(max_ngram), min_ngram_(min_ngram) {}
   void propose(std::span<const int32_t> tokens, int32_t n_prompt, int32_t max_tokens,
                std::vector<int32_t>* out) override;
+  bool free_guesses() const override { return true; }
 
  private:
   int32_t max_ngram_, min_ngram_;
@@ -129,16 +137,32 @@ class NgramProposer final : public Proposer {
 // sequence whose drafts keep failing gets k = 0; every probe_every-th such step still probes
 // with one draft, so it recovers when the text turns repetitive (kRareProbe times less often
 // where the rows cost so much that even drafts accepted at kProbeAcceptance would not pay).
+// With free guesses (Proposer::free_guesses) every step's guess is observed, drafted or not
+// (observe_guess), and only those rare probes remain: they let the scheduler's measured row cost
+// (DraftCostModel) see steps with drafts where nothing else drafts.
 class DraftLength {
  public:
   explicit DraftLength(int32_t max_tokens) : max_tokens_(max_tokens) {}
-  // Call once per step the sequence decodes; counts the steps without drafts.
-  int32_t next(double token_cost);
+  // Call once per step the sequence decodes; counts the steps without drafts. probe: false where
+  // the caller observes a free guess every step (observe_guess), which then stands for the probes
+  // (but for the rare ones where rows are dear).
+  int32_t next(double token_cost, bool probe = true);
   // After a step that proposed `proposed` (> 0) drafts, of which the first `accepted` were.
-  void observe(int32_t proposed, int32_t accepted);
+  void observe(int32_t proposed, int32_t accepted, double decay = kDecay);
+  // A guess made before `actual` (the tokens that came after it, drafts accepted or not)
+  // counted as drafts would be: its matching prefix accepted, the first miss examined. A
+  // drafted guess's bonus token (the row after all k drafts were accepted) checks guess k too.
+  void observe_guess(std::span<const int32_t> guess, std::span<const int32_t> actual);
   double acceptance() const { return (accepted_ + kPrior * kPriorWeight) / (examined_ + kPriorWeight); }
 
   static constexpr double kPrior = 0.5, kPriorWeight = 1.0, kDecay = 0.85;
+  // observe_guess's decay: a guess is checked at every step, drafted or not, so its estimate
+  // sees several times more observations than one from drafted steps would, and keeps more of
+  // them: with 0.85, chance matches in text that seldom repeats (each undrafted step checks one
+  // token) set off drafts that lose. Replayed on 24 sampled runs of models/kjv-small at a row
+  // cost of 0.15: 0.986 of off's speed with 0.9, 0.983 with 0.85, 0.987 learning from drafts
+  // alone (docs/benchmarks.md, "Every guess checked").
+  static constexpr double kGuessDecay = 0.9;
   static constexpr int32_t kProbeEvery = 8;
   static constexpr double kProbeAcceptance = 0.8;
   static constexpr int32_t kRareProbe = 4;

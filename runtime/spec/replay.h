@@ -12,8 +12,14 @@
 namespace ltm {
 
 enum class ReplayPolicy {
-  kDraftLength,  // the scheduler's: DraftLength::next(token_cost), as Scheduler::propose_drafts
-  kOracle,       // exactly the drafts that will be accepted (at most max_drafts): the bound
+  // The scheduler's with prompt lookup (Scheduler::propose_drafts): a guess of max_drafts every
+  // step, its first DraftLength::next(token_cost, false) drafted, all of it checked against the
+  // tokens that follow (DraftLength::observe_guess).
+  kDraftLength,
+  // DraftLength learning from the verified drafts alone, probing after failures: the scheduler's
+  // with a proposer whose guesses cost (a draft model), and with prompt lookup before free guesses.
+  kDraftedOnly,
+  kOracle,  // exactly the drafts that will be accepted (at most max_drafts): the bound
 };
 
 struct ReplayResult {

@@ -46,7 +46,7 @@ def test_replay_reports_both_speedups(run_json):
     assert len(replays) == 1, p.stdout
     r = replays[0]
     assert r["file"] == run_json and r["max_drafts"] == 2
-    for key in ("oracle_speedup", "draft_length_speedup"):
+    for key in ("oracle_speedup", "draft_length_speedup", "drafted_only_speedup"):
         assert math.isfinite(r[key]) and r[key] > 0, r
     assert 0 <= r["draft_length_accepted"] <= r["draft_length_proposed"], r
     ratios = [l for l in lines if l.get("measurement") == "step_cost"]

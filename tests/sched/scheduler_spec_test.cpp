@@ -223,6 +223,85 @@ TEST(Speculative, MeasuredRowCostDecidesWhereDraftsPay) {
   }
 }
 
+// Guesses the fake model's continuation right once the sequence holds `right_from` tokens, and
+// off by one before; free (Proposer::free_guesses, as prompt lookup) or not.
+class PhaseProposer final : public Proposer {
+ public:
+  PhaseProposer(const FakeEngine* engine, size_t right_from, bool free)
+      : engine_(engine), right_from_(right_from), free_(free) {}
+  void propose(std::span<const int32_t> tokens, int32_t, int32_t max_tokens,
+               std::vector<int32_t>* out) override {
+    const std::vector<int32_t> next =
+        engine_->expected_tokens(std::vector<int32_t>(tokens.begin(), tokens.end()), max_tokens);
+    for (int32_t t : next) out->push_back(tokens.size() >= right_from_ ? t : (t + 1) % kVocab);
+    asked_for_ += max_tokens;
+  }
+  bool free_guesses() const override { return free_; }
+  int64_t asked_for_ = 0;
+
+ private:
+  const FakeEngine* engine_;
+  size_t right_from_;
+  bool free_;
+};
+
+// A sequence whose guesses are wrong for its first 40-47 tokens and then right: with free
+// guesses it learns from every step (the guesses it did not draft checked against the tokens that
+// came), so it spends no probe rows while they are wrong and drafts again two steps after they
+// turn right; learning from its verified drafts alone it probes every 8th step and finds the
+// change at its next probe, 0 to 7 steps later.
+TEST(Speculative, FreeGuessesAreCheckedAtEveryStepDraftedOrNot) {
+  const std::vector<int32_t> prompt = prompt_of(6, 0);
+  struct Run {
+    size_t steps;
+    int64_t proposed, accepted, asked_for;
+    int waited;  // one-row decode steps once the guesses are right, before the first with drafts
+  };
+  const auto run = [&](bool free, size_t right_from) {
+    SchedulerOptions o = spec_options(5, 8);
+    FakeEngine engine(kVocab, 64, 4);
+    auto proposer = std::make_shared<PhaseProposer>(&engine, right_from, free);
+    o.spec.proposer = proposer;
+    Scheduler sched(engine, nullptr, fake_config(), 64, 4, o);
+    auto r = std::make_shared<Received>();
+    EXPECT_TRUE(sched.submit(request(prompt, 120), r->callback()).ok());
+    sched.run_until_idle();
+    expect_served(*r, engine.expected_tokens(prompt, 120), FinishReason::kLength);
+    for (const std::string& e : engine.errors()) ADD_FAILURE() << "fake engine: " << e;
+    int waited = 0;
+    for (const StepPlan& p : engine.plans()) {
+      // The step's first row is the sequence's last token: guessed from there, rightly or not.
+      const int32_t rows = p.input.n_tokens();
+      if (static_cast<size_t>(p.input.context_lens[0] - rows + 1) < right_from) continue;
+      if (rows > 1) break;
+      waited++;
+    }
+    return Run{engine.plans().size(), r->last.spec_proposed_tokens, r->last.spec_accepted_tokens,
+               proposer->asked_for_, waited};
+  };
+  int64_t waited_guessing = 0, waited_drafting = 0;
+  size_t steps_guessing = 0, steps_drafting = 0;
+  for (size_t wrong = 40; wrong < 48; ++wrong) {  // a probe period of switch points
+    SCOPED_TRACE(wrong);
+    const Run guessing = run(true, prompt.size() + wrong);
+    const Run drafting = run(false, prompt.size() + wrong);
+    // Wrong drafts: the prior's first tries only, against those and a probe every 8th step.
+    EXPECT_LE(guessing.proposed - guessing.accepted, 3);
+    EXPECT_LT(guessing.proposed - guessing.accepted, drafting.proposed - drafting.accepted);
+    EXPECT_LE(guessing.waited, 2);
+    // A free proposer is asked for --spec-tokens guesses at every decode step.
+    EXPECT_GE(guessing.asked_for, 5 * static_cast<int64_t>(guessing.steps - 1));
+    EXPECT_LT(drafting.asked_for, guessing.asked_for);
+    waited_guessing += guessing.waited;
+    waited_drafting += drafting.waited;
+    steps_guessing += guessing.steps;
+    steps_drafting += drafting.steps;
+  }
+  // Back to drafting sooner: fewer steps for the same 120 tokens, over the period.
+  EXPECT_LT(waited_guessing, waited_drafting);
+  EXPECT_LT(steps_guessing, steps_drafting);
+}
+
 // ---- Sampled output: a 4-token Markov model sampled by the real sampler ------------------------
 
 constexpr int kV = 4;

@@ -92,6 +92,51 @@ TEST(DraftLength, AdaptsToAcceptanceAndProbesAfterFailures) {
   EXPECT_EQ(off.next(0.1), 0);
 }
 
+TEST(DraftLength, AGuessCountsAsDraftsWouldAndFreeGuessesNeedNoProbes) {
+  using V = std::vector<int32_t>;
+  // observe_guess(g, actual) is observe(drafts compared, their accepted prefix).
+  const auto same = [](const std::vector<int32_t>& guess, const std::vector<int32_t>& actual,
+                       int32_t proposed, int32_t accepted) {
+    DraftLength a(5), b(5);
+    a.observe_guess(guess, actual);
+    b.observe(proposed, accepted);
+    return a.acceptance() == b.acceptance();
+  };
+  EXPECT_TRUE(same({1, 2, 3, 4, 5}, {1, 2, 9}, 3, 2));  // two right, the third examined: wrong
+  EXPECT_TRUE(same({1, 2, 3, 4, 5}, {1, 2}, 2, 2));     // both tokens that came were guessed
+  EXPECT_TRUE(same({1, 2}, {1, 2, 3, 4}, 2, 2));        // past the guess's end: not examined
+  EXPECT_TRUE(same({7, 2, 3}, {1}, 1, 0));
+  DraftLength none(5);
+  none.observe_guess({}, V{1, 2});  // no guess: nothing learnt
+  none.observe_guess(V{1, 2}, {});
+  EXPECT_EQ(none.acceptance(), DraftLength(5).acceptance());
+  EXPECT_FALSE(same({1, 2, 3}, {1, 2, 9}, 3, 1));  // (the comparison can tell them apart)
+
+  // After failures: with probes, one draft every kProbeEvery steps; with free guesses, none.
+  DraftLength probing(5), guessing(5);
+  for (int i = 0; i < 40; ++i) {
+    probing.observe(4, 0);
+    guessing.observe_guess(V{3, 3, 3, 3, 3}, V{1});
+  }
+  int probes = 0, drafts = 0;
+  for (int steps = 0; steps < 3 * DraftLength::kProbeEvery; ++steps) {
+    probes += probing.next(0.3);
+    drafts += guessing.next(0.3, false);
+  }
+  EXPECT_EQ(probes, 3);
+  EXPECT_EQ(drafts, 0);
+  // The guesses turn right: the next step drafts again, no probe row needed to find out.
+  for (int i = 0; i < 6; ++i) guessing.observe_guess(V{5, 6, 5, 6, 5}, V{5});
+  EXPECT_GE(guessing.next(0.3, false), 1);
+  // Where rows are dear, the rare probe stays (the measured row cost needs steps with drafts).
+  DraftLength dear(5);
+  for (int i = 0; i < 40; ++i) dear.observe_guess(V{3}, V{1});
+  drafts = 0;
+  for (int steps = 0; steps < 2 * DraftLength::kRareProbe * DraftLength::kProbeEvery; ++steps)
+    drafts += dear.next(0.9, false);
+  EXPECT_EQ(drafts, 2);
+}
+
 TEST(AcceptedPrefix, StopsAtTheFirstMismatch) {
   EXPECT_EQ(accepted_prefix(std::vector<int32_t>{}, std::vector<int32_t>{5}), 0);
   EXPECT_EQ(accepted_prefix(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2, 3, 9}), 3);

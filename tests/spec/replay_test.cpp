@@ -68,6 +68,24 @@ TEST(SpecReplay, WrongGuessesCostDraftLengthAndNotTheOracle) {
   EXPECT_GT(length.speedup, 0.8);  // and it stops trying
 }
 
+TEST(SpecReplay, CheckingEveryGuessFindsALoopSoonerAndProbesForNothing) {
+  // Guesses always wrong for 40 tokens (as above), then a loop of 4 the lookup continues.
+  const std::vector<int32_t> prompt = {1, 2, 1, 3};
+  std::vector<int32_t> out;
+  for (int i = 0; i < 20; ++i) {
+    out.push_back(1);
+    out.push_back(40 + i);
+  }
+  for (int i = 0; i < 60; ++i) out.push_back(5 + i % 4);
+  const ReplayResult guesses =
+      replay_ngram(prompt, out, linear(0.3), 5, ReplayPolicy::kDraftLength, 0.3);
+  const ReplayResult drafted =
+      replay_ngram(prompt, out, linear(0.3), 5, ReplayPolicy::kDraftedOnly, 0.3);
+  EXPECT_LT(guesses.proposed - guesses.accepted, drafted.proposed - drafted.accepted);
+  EXPECT_GT(guesses.speedup, drafted.speedup);
+  EXPECT_LT(guesses.steps, drafted.steps);
+}
+
 TEST(SpecReplay, ShortOutputs) {
   const std::vector<int32_t> prompt = {7, 7, 7};
   EXPECT_EQ(replay_ngram(prompt, std::vector<int32_t>{7}, linear(0), 5, ReplayPolicy::kOracle, 0)
