@@ -55,9 +55,11 @@ struct Scheduler::Sequence {
   bool draft_rejected = false;
   DraftLength draft_length{0};
   // A free proposer's guess (Proposer::free_guesses), made when `tokens` held guess_at tokens:
-  // the drafts are its first k, and the tokens that come after it are checked against it whole.
+  // the drafts are its first k (drafts_guessed), and the tokens that come after it are checked
+  // against it whole.
   std::vector<int32_t> guess;
   int32_t guess_at = 0;
+  bool drafts_guessed = false;
   int64_t spec_proposed = 0, spec_accepted = 0;
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
   SeqLoad load() const {

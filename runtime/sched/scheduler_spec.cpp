@@ -44,14 +44,20 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
           : decode_cost_.token_cost(static_cast<int32_t>(running_.size()), fixed_cost);
   // Prompt lookup guesses for nothing (Proposer::free_guesses): every decoding sequence gets a
   // guess of --spec-tokens at every step, checked against the tokens that follow whether it was
-  // drafted or not, and its drafts are the guess's first k.
-  const bool free_guesses = proposer_->free_guesses() && options_.spec.max_tokens > 0;
+  // drafted or not, and its drafts are the guess's first k. Not where rows are so dear at this
+  // batch that even drafts accepted at DraftLength::kProbeAcceptance would not pay (a large
+  // batch): nothing would be drafted but DraftLength's rare probes, and a guess for each of
+  // hundreds of sequences at every step would be a cost of its own.
+  const bool dear = best_draft_length(DraftLength::kProbeAcceptance, timed_cost,
+                                      options_.spec.max_tokens) == 0;
+  const bool free_guesses = proposer_->free_guesses() && options_.spec.max_tokens > 0 && !dear;
   int64_t seen = 0;
   for (auto& it : running_) {
     Sequence* seq = it.get();
     if (seq->busy) continue;
     seq->drafts.clear();  // none left from a step that did not take it
     seq->draft_probs.clear();
+    seq->drafts_guessed = false;
     if (seen++ >= max_seqs) continue;
     const int32_t n = static_cast<int32_t>(seq->tokens.size());
     if (n - seq->n_computed != 1) continue;  // in prefill
@@ -102,9 +108,11 @@ void Scheduler::propose_drafts(int64_t max_seqs) {
   if (!requests.empty()) proposer_->propose_all(requests);
   const size_t V = static_cast<size_t>(config_.vocab_size);
   for (auto& [seq, k] : wanted) {
-    if (free_guesses)
+    if (free_guesses) {
       seq->drafts.assign(seq->guess.begin(),
                          seq->guess.begin() + std::min<ptrdiff_t>(k, std::ssize(seq->guess)));
+      seq->drafts_guessed = true;
+    }
     if (static_cast<int32_t>(seq->drafts.size()) > k) seq->drafts.resize(static_cast<size_t>(k));
     if (!seq->draft_probs.empty()) seq->draft_probs.resize(seq->drafts.size() * V);
   }
@@ -191,8 +199,8 @@ void Scheduler::note_draft_row(Sequence* seq, int32_t spec_row, const std::vecto
 void Scheduler::end_draft_step(Sequence* seq) {
   const int32_t proposed = static_cast<int32_t>(seq->drafts.size());
   const int32_t accepted = seq->drafts_accepted;
-  // A free proposer's guess, the drafts among it, is checked at the next step (propose_drafts).
-  if (!proposer_->free_guesses()) seq->draft_length.observe(proposed, accepted);
+  // A guess, the drafts among it, is checked at the next step (propose_drafts).
+  if (!seq->drafts_guessed) seq->draft_length.observe(proposed, accepted);
   seq->drafts.clear();
   seq->draft_probs.clear();
   {

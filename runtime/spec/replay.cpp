@@ -20,7 +20,9 @@ ReplayResult replay_ngram(std::span<const int32_t> prompt, std::span<const int32
   DraftLength length(max_drafts);
   std::vector<int32_t> tokens(prompt.begin(), prompt.end());
   tokens.push_back(output[0]);
-  const bool guesses = policy == ReplayPolicy::kDraftLength && max_drafts > 0;
+  // Guesses checked at every step unless rows are dear (Scheduler::propose_drafts).
+  const bool guesses = policy == ReplayPolicy::kDraftLength && max_drafts > 0 &&
+                       best_draft_length(DraftLength::kProbeAcceptance, token_cost, max_drafts) > 0;
   std::vector<int32_t> guess, drafts;
   double cost = 0;
   for (int64_t pos = 1; pos < n;) {
