@@ -257,8 +257,9 @@ TEST(Speculative, FreeGuessesAreCheckedAtEveryStepDraftedOrNot) {
     int64_t proposed, accepted, asked_for;
     int waited;  // one-row decode steps once the guesses are right, before the first with drafts
   };
-  const auto run = [&](bool free, size_t right_from) {
+  const auto run = [&](bool free, size_t right_from, double token_cost = 0.1) {
     SchedulerOptions o = spec_options(5, 8);
+    o.spec.token_cost = token_cost;
     FakeEngine engine(kVocab, 64, 4);
     auto proposer = std::make_shared<PhaseProposer>(&engine, right_from, free);
     o.spec.proposer = proposer;
@@ -304,18 +305,9 @@ TEST(Speculative, FreeGuessesAreCheckedAtEveryStepDraftedOrNot) {
   // Where a draft row costs so much (here 0.9 of a step: a large batch) that even drafts
   // accepted 80% of the time would not pay, only DraftLength's rare probes draft, and nobody
   // asks for a guess at every step.
-  SchedulerOptions o = spec_options(5, 8);
-  o.spec.token_cost = 0.9;
-  FakeEngine engine(kVocab, 64, 4);
-  auto proposer = std::make_shared<PhaseProposer>(&engine, 0, true);  // always right
-  o.spec.proposer = proposer;
-  Scheduler sched(engine, nullptr, fake_config(), 64, 4, o);
-  auto r = std::make_shared<Received>();
-  ASSERT_TRUE(sched.submit(request(prompt, 120), r->callback()).ok());
-  sched.run_until_idle();
-  expect_served(*r, engine.expected_tokens(prompt, 120), FinishReason::kLength);
-  EXPECT_GT(proposer->asked_for_, 0);
-  EXPECT_LE(proposer->asked_for_, 120 / (DraftLength::kRareProbe * DraftLength::kProbeEvery) + 1);
+  const Run dear = run(true, 0, 0.9);  // guesses always right
+  EXPECT_GT(dear.asked_for, 0);
+  EXPECT_LE(dear.asked_for, 120 / (DraftLength::kRareProbe * DraftLength::kProbeEvery) + 1);
 }
 
 // ---- Sampled output: a 4-token Markov model sampled by the real sampler ------------------------
