@@ -25,8 +25,8 @@ ReplayResult replay_ngram(std::span<const int32_t> prompt, std::span<const int32
                        best_draft_length(DraftLength::kProbeAcceptance, token_cost, max_drafts) > 0;
   std::vector<int32_t> guess, drafts;
   double cost = 0;
+  const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   for (int64_t pos = 1; pos < n;) {
-    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
     guess.clear();
     if (guesses) proposer.propose(tokens, n_prompt, max_drafts, &guess);
     // At most the tokens left after the step's own (Scheduler::propose_drafts: remaining - 1).

@@ -46,14 +46,21 @@ TEST(SpecReplay, ALoopIsGuessedWholeAndTheLastStepKeepsToTheEnd) {
   EXPECT_EQ(two.accepted, 26);
 }
 
-TEST(SpecReplay, WrongGuessesCostDraftLengthAndNotTheOracle) {
-  // After each 1 the proposer guesses what followed the previous 1, never what comes.
-  const std::vector<int32_t> prompt = {1, 2, 1, 3};
+// After the prompt {1, 2, 1, 3}: `pairs` pairs 1, first + i. After each 1 the proposer guesses
+// what followed the previous 1, never what comes.
+const std::vector<int32_t> kWrongPrompt = {1, 2, 1, 3};
+std::vector<int32_t> always_wrong(int pairs, int32_t first) {
   std::vector<int32_t> out;
-  for (int i = 0; i < 30; ++i) {
+  for (int i = 0; i < pairs; ++i) {
     out.push_back(1);
-    out.push_back(4 + i);
+    out.push_back(first + i);
   }
+  return out;
+}
+
+TEST(SpecReplay, WrongGuessesCostDraftLengthAndNotTheOracle) {
+  const std::vector<int32_t>& prompt = kWrongPrompt;
+  const std::vector<int32_t> out = always_wrong(30, 4);
   const ReplayResult oracle =
       replay_ngram(prompt, out, linear(0.3), 5, ReplayPolicy::kOracle, 0.3);
   EXPECT_EQ(oracle.accepted, 0);
@@ -69,13 +76,9 @@ TEST(SpecReplay, WrongGuessesCostDraftLengthAndNotTheOracle) {
 }
 
 TEST(SpecReplay, CheckingEveryGuessFindsALoopSoonerAndProbesForNothing) {
-  // Guesses always wrong for 40 tokens (as above), then a loop of 4 the lookup continues.
-  const std::vector<int32_t> prompt = {1, 2, 1, 3};
-  std::vector<int32_t> out;
-  for (int i = 0; i < 20; ++i) {
-    out.push_back(1);
-    out.push_back(40 + i);
-  }
+  // Guesses always wrong for 40 tokens, then a loop of 4 the lookup continues.
+  const std::vector<int32_t>& prompt = kWrongPrompt;
+  std::vector<int32_t> out = always_wrong(20, 40);
   for (int i = 0; i < 60; ++i) out.push_back(5 + i % 4);
   const ReplayResult guesses =
       replay_ngram(prompt, out, linear(0.3), 5, ReplayPolicy::kDraftLength, 0.3);
