@@ -8,7 +8,7 @@
 //
 // Exactness: every decision is a function of the same floating-point values summed in the same
 // order on both paths:
-//   - the row normalizer Z is summed in blocks of kBlock ids with kLanes fixed lanes
+//   - the row normalizer Z is summed in blocks of kBlock ids with kSumExpLanes fixed lanes
 //     (sum_exp), both by sample() and, over the reassembled row, by sample_from_candidates();
 //   - top-k and top-p work on the kept values sorted descending; equal values have equal weights,
 //     so the cumulative sums do not depend on how ties are ordered, and a drawn position is mapped
@@ -52,7 +52,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr size_t kBlock = kSumExpBlock;  // ids per block of the row normalizer
-constexpr size_t kLanes = kSumExpLanes;
 constexpr size_t kSmallSort = 512;  // below this, std::sort; above, radix sort
 
 // `#pragma omp simd` (with clauses) when OpenMP is on, as it is for ltm_engine, so that the
@@ -71,7 +70,7 @@ inline float exp_nonpos(float x) { return kernels::cpu::exp_approx(x); }
 // The unnormalized probability of a value: exp((v - m) / t), m the row max, t > 0.
 inline float weight(float v, float m, float t) { return exp_nonpos((v - m) / t); }
 
-// Sum of weights over v[0, n), n <= kBlock, in kLanes fixed lanes (lane = index mod kLanes)
+// Sum of weights over v[0, n), n <= kBlock, in 8 fixed lanes (lane = index mod 8)
 // added in a fixed tree: the result does not depend on how the compiler vectorizes the loops, nor
 // on the vector path that runs it (sum_exp_kernel.inc: the same source for the baseline, AVX2
 // and AVX-512, without fused multiply-add). A row of 50257 on the Zen 5 VM: 64 us on the
