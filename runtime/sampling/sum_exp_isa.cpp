@@ -3,15 +3,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/cpu/fast_math.h"
+// The baseline's path, compiled with this unit's flags (runtime/CMakeLists.txt).
+#define LTM_SUM_EXP_NS baseline
+#include "runtime/sampling/sum_exp_kernel.inc"
+#undef LTM_SUM_EXP_NS
 
 namespace ltm {
-
-namespace sampler_isa::baseline {
-#define LTM_SUM_EXP_UNIT 1
-#include "runtime/sampling/sum_exp_kernel.inc"
-#undef LTM_SUM_EXP_UNIT
-}  // namespace sampler_isa::baseline
 
 int block_sum_exp_paths(BlockSumExpPath out[3]) {
   int n = 0;
