@@ -281,15 +281,40 @@ def test_cancel_deadline_and_disconnect_free_blocks(server):
     long = lambda seed: dict(prompt_token_ids=ids_of(16, seed), max_new_tokens=CONTEXT - 16,  # noqa: E731
                              temperature=0.0, ignore_eos=True)
     results: Dict[str, list] = {}
+    # The order matters on a fast host (kjv-small: ~0.8 ms a step of 8 rows on the Zen 5 VM, all
+    # 224 tokens of a call in ~0.18 s). Calls with short deadlines that came first would make
+    # deadline-aware admission refuse the long calls after them whenever it projected that they
+    # could still meet their deadlines (the cancellations would not be tested), and alone they
+    # could finish in time. So the streams to cancel start first; the calls with deadlines start
+    # once every stream has its first token, and run beside them (16 rows a step), with 0.1 s:
+    # they are refused up front or run past it. The streams are cancelled when those have ended.
+    n_cancel, n_deadline = 8, 8
+    state = threading.Condition()
+    count = {"answered": 0, "deadlines_ended": 0}  # streams with a token (or failed); deadlines
+
+    def bump(key):
+        with state:
+            count[key] += 1
+            state.notify_all()
+
+    def wait_until(key, n):
+        with state:
+            state.wait_for(lambda: count[key] >= n, timeout=60)
 
     def cancel_stream(seed):
         msgs = 0
         stream = client._stub.GenerateStream(make_request(**long(seed)), timeout=120)
-        for _ in stream:
-            msgs += 1
-            if msgs == 2:
-                stream.cancel()
-                break
+        try:
+            for _ in stream:
+                msgs += 1
+                if msgs == 1:
+                    bump("answered")
+                    wait_until("deadlines_ended", n_deadline)
+                    stream.cancel()
+                    break
+        finally:
+            if msgs == 0:
+                bump("answered")  # refused or failed: it does not hold the others
         try:  # the call must end as cancelled
             next(stream)
         except grpc.RpcError as e:
@@ -298,22 +323,23 @@ def test_cancel_deadline_and_disconnect_free_blocks(server):
             return "stopped"
         return "more messages"
 
-    def unary_deadline(seed):
+    def deadline_call(call):
+        wait_until("answered", n_cancel)
         try:
-            client.generate(**long(seed), timeout=0.2)
+            call()
         except grpc.RpcError as e:
             return e.code()
+        finally:
+            bump("deadlines_ended")
         return grpc.StatusCode.OK
 
+    def unary_deadline(seed):
+        return deadline_call(lambda: client.generate(**long(seed), timeout=0.1))
+
     def stream_deadline(seed):
-        # 0.2 s, as for unary: with 0.4 s the small model once streamed all 240 tokens in time
-        # (about 1 ms a step for 8 rows on an idle machine) and the call ended OK.
-        try:
-            for _ in client.generate_stream(**long(seed), timeout=0.2):
-                pass
-        except grpc.RpcError as e:
-            return e.code()
-        return grpc.StatusCode.OK
+        # As for unary: with 0.4 s (and no other calls running) the small model once streamed
+        # all 240 tokens in time and the call ended OK.
+        return deadline_call(lambda: [_ for _ in client.generate_stream(**long(seed), timeout=0.1)])
 
     # ltm-client processes killed while they stream (the connection drops).
     killed = []
@@ -328,8 +354,9 @@ def test_cancel_deadline_and_disconnect_free_blocks(server):
         p.stdout.read(1)  # it has started streaming (or exited: then read gives b"")
         p.kill()
         p.wait(timeout=10)
-    jobs = ([(cancel_stream, 400 + i) for i in range(8)] + [(unary_deadline, 500 + i) for i in range(4)]
-            + [(stream_deadline, 600 + i) for i in range(4)])
+    jobs = ([(cancel_stream, 400 + i) for i in range(n_cancel)]
+            + [(unary_deadline, 500 + i) for i in range(n_deadline // 2)]
+            + [(stream_deadline, 600 + i) for i in range(n_deadline - n_deadline // 2)])
     out = run_all(lambda job: job[0](job[1]), jobs, workers=len(jobs))
     results = {f.__name__: [o for (f2, _), o in zip(jobs, out) if f2 is f]
                for f in (cancel_stream, unary_deadline, stream_deadline)}
