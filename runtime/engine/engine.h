@@ -85,6 +85,9 @@ class Engine final : public StepEngine {
   double allreduce_seconds() const override { return model_.allreduce_seconds(); }
 
  private:
+  // A small step's rows x vocab up to which its logits and sampler run in the step's team
+  // (execute): models/kjv-small's verify steps (6 x 4096), GPT-2's one-row decode (50257).
+  static constexpr int64_t kSmallSampleFloats = 65536;
   StepOutput execute(const StepPlan& plan);
   void post_plan(const StepPlan& plan);
   std::vector<SampleResult> sample_last_stage(const StepPlan& plan, std::vector<float>* full_logits,
