@@ -1,5 +1,7 @@
 #include "launcher/worker_run.h"
 
+#include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -264,7 +266,11 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
 
 #ifndef LTM_GPU_ONLY
 std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal.store(sig); }
+sem_t g_signal_wake;  // posted by the handler (sem_post is async-signal-safe) and at the end
+void on_signal(int sig) {
+  g_signal.store(sig);
+  sem_post(&g_signal_wake);
+}
 
 // Serving on rank 0. Returns the exit code.
 int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
@@ -420,6 +426,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   // SIGTERM, SIGINT or SIGUSR1 (what mpirun forwards to every rank; launcher/ltm-mpirun turns
   // its own SIGTERM into it): stop taking requests, finish (or after --drain-timeout cancel) the
   // rest, release the other ranks and exit 0.
+  sem_init(&g_signal_wake, 0, 0);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
@@ -436,7 +443,13 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   std::atomic<bool> done{false};
   std::optional<Clock::time_point> drain_deadline;  // set by the watcher, read after join()
   std::thread watcher([&] {
-    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Woken at once: a drain that starts late (this was a 50 ms poll) lets calls in after the
+    // signal and, when the running calls end meanwhile, leaves no drain window at all.
+    while (!done.load() && g_signal.load() == 0) {
+      if (sem_wait(&g_signal_wake) != 0 && errno != EINTR) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
     if (done.load()) return;
     spdlog::info("signal {}: draining (up to {:.1f} s)", g_signal.load(), o.drain_timeout_s);
     const auto drain = std::chrono::duration<double>(o.drain_timeout_s);
@@ -447,6 +460,7 @@ int serve(const WorkerOptions& o, RankSetup& rs, const Tokenizer& tokenizer,
   });
   scheduler.serve();
   done.store(true);
+  sem_post(&g_signal_wake);
   watcher.join();
   // The engine is done, but a front door may still hold what it produced: a slow reader (or, on a
   // loaded machine, a connection thread that fell behind the step thread) gets until the drain
