@@ -221,25 +221,35 @@ def test_unload_waits_for_its_requests_and_force_ends_them(lora_server):
     assert names(client.list_adapters()) == ["b", "c"]
     assert client.load_adapter("a").loaded  # and back again
 
-    # force: the running request ends ABORTED, naming the adapter; the others go on.
-    got = {}
-    first = threading.Event()
+    # force: the running request ends ABORTED, naming the adapter; the others go on. On a fast
+    # host the stream (CONTEXT - 30 tokens of a tiny model) can end before the forced unload
+    # reaches the scheduler; such a try finished whole and is tried again, adapter reloaded.
+    for attempt in range(5):
+        got = {}
+        first = threading.Event()
 
-    def long_c():
-        try:
-            for m in client.generate_stream(**req(20, "c", n_new=CONTEXT - 30)):
-                if m.token_ids:
-                    first.set()
-            got["r"] = "finished"
-        except grpc.RpcError as e:
-            got["r"] = e
-        first.set()
+        def long_c():
+            ids = []
+            try:
+                for m in client.generate_stream(**req(20, "c", n_new=CONTEXT - 30)):
+                    ids += list(m.token_ids)
+                    if m.token_ids:
+                        first.set()
+                got["r"] = ids
+            except grpc.RpcError as e:
+                got["r"] = e
+            first.set()
 
-    t = threading.Thread(target=long_c)
-    t.start()
-    assert first.wait(60)
-    client.unload_adapter("c", force=True)
-    t.join(timeout=60)
+        t = threading.Thread(target=long_c)
+        t.start()
+        assert first.wait(60)
+        client.unload_adapter("c", force=True)
+        t.join(timeout=60)
+        if isinstance(got["r"], grpc.RpcError):
+            break
+        assert isinstance(got["r"], list) and len(got["r"]) == CONTEXT - 30, got
+        print(f"try {attempt}: the stream ended before the forced unload; again")
+        assert client.load_adapter("c").loaded
     assert isinstance(got["r"], grpc.RpcError), got
     assert got["r"].code() == grpc.StatusCode.ABORTED and '"c" was unloaded' in got["r"].details()
     assert names(client.list_adapters()) == ["a", "b"]
