@@ -174,13 +174,6 @@ class _Lines:
         return json.loads(line)
 
 
-# Each failure: what ends it, and the bound (seconds from the failure) within which every call has
-# ended and every process on h0 (mpirun, the coordinator, its TP peer) has exited. With the settings
-# above: a killed rank is seen by its orted at once (mpirun then SIGTERMs every rank and SIGKILLs
-# it a second later: 2-5 s measured); a cut link or a partition by the out-of-band
-# keepalive (2 + 3 x 1 s) or the collective watchdog (6 s), whichever comes first; a frozen host
-# only by the watchdog (6 s), after which h0's ranks are gone within MPI_Abort's 5 s grace and
-# mpirun, waiting for h1's frozen daemon, is killed by ltm-mpirun 10 s (+ 1 s poll) later.
 def _log_excerpt(path) -> str:
     """The group log's warnings and errors, then its last 3000 characters."""
     text = path.read_text(errors="replace")
@@ -189,6 +182,13 @@ def _log_excerpt(path) -> str:
     return "\n".join(bad[:40]) + "\n--- tail ---\n" + text[-3000:]
 
 
+# Each failure: what ends it, and the bound (seconds from the failure) within which every call has
+# ended and every process on h0 (mpirun, the coordinator, its TP peer) has exited. With the settings
+# above: a killed rank is seen by its orted at once (mpirun then SIGTERMs every rank and SIGKILLs
+# it a second later: 2-5 s measured); a cut link or a partition by the out-of-band
+# keepalive (2 + 3 x 1 s) or the collective watchdog (6 s), whichever comes first; a frozen host
+# only by the watchdog (6 s), after which h0's ranks are gone within MPI_Abort's 5 s grace and
+# mpirun, waiting for h1's frozen daemon, is killed by ltm-mpirun 10 s (+ 1 s poll) later.
 BOUNDS_S = {
     "kill-rank": 8.0,
     "cut-link": 2 + 3 * 1 + 3.0,
