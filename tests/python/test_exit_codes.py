@@ -33,7 +33,8 @@ def readme_table() -> dict:
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[int(cells[0])] = cells[-1] == "yes"
+        for code in re.split(r",\s*", cells[0]):  # a row may list several: "134, 135, 139"
+            rows[int(code)] = cells[-1] == "yes"
     return rows
 
 
@@ -44,8 +45,9 @@ def script_arms() -> dict:
     block = text[text.rindex('case "$rc" in'):]
     block = block[:block.index("esac")]
     arms = {}
-    for code, body in re.findall(r"^\s*(\d+)\)(.*?);;", block, re.M):
-        arms[int(code)] = "ltm_fail" not in body and "exit" not in body
+    for codes, body in re.findall(r"^\s*(\d+(?:\|\d+)*)\)(.*?);;", block, re.M):
+        for code in codes.split("|"):  # an arm may list several: 134|135|139)
+            arms[int(code)] = "ltm_fail" not in body and "exit" not in body
     return arms
 
 
@@ -70,3 +72,10 @@ def test_lost_peers_are_requeued():
     table = readme_table()
     for code in (3, 4, 5, 137):
         assert table.get(code) is True, code
+
+
+def test_crashed_ranks_are_requeued():
+    # SIGABRT, SIGBUS, SIGSEGV (srun's 128 + signal): test_e2e_slurm.py sends SIGSEGV.
+    table, arms = readme_table(), script_arms()
+    for code in (134, 135, 139):
+        assert table.get(code) is True and arms.get(code) is True, code
