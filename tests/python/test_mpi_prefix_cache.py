@@ -111,12 +111,17 @@ def test_cached_prefixes_give_the_uncached_one_rank_answers(setup, tmp_path):
         # second wave also finds the first one's prompts and answers cached.
         warm = wave(on, [(SHARED + ids(3, 9), None), (SHARED + ids(3, 9), "a")])
         assert all(len(w["logprobs"]["tokens"]) == NEW for w in warm)
+        # The wave preempts only where its requests run at once: on a loaded machine the client's
+        # threads can send them so far apart that each is done before the next arrives (seen
+        # beside two busy loops, 2026-12-07). So up to five waves, until one preempted.
         hits = []
-        for round in range(2):
+        for round in range(5):
             got = wave(on, reqs)
             for i, (g, w) in enumerate(zip(got, want)):
                 same(g, w, (round, i, reqs[i][1], len(reqs[i][0])))
             hits.append(on.sample("ltm_prefix_cache_hit_tokens_total"))
+            if round >= 1 and on.sample("ltm_preemptions_total") > 0:
+                break
         got_scored = wave(on, scored, echo=True)
         for i, (g, w) in enumerate(zip(got_scored, want_scored)):
             assert len(g["logprobs"]["tokens"]) == len(scored[i][0]) + NEW
@@ -128,7 +133,7 @@ def test_cached_prefixes_give_the_uncached_one_rank_answers(setup, tmp_path):
         info = on.model_info()
         print(f"hit tokens after each wave {hits}, query tokens {query}, preemptions {preempted},"
               f" cached blocks {cached} of {info.kv_blocks_total}")
-        assert preempted > 0, "the KV cache was meant to be too small for the wave"
+        assert preempted > 0, f"no wave of {len(hits)} preempted: the KV cache was meant to be too small"
         # The first wave reuses at least the whole blocks of the prefix the warm-up cached for
         # the requests that share them (if not evicted by the preemptions in between).
         assert hits[0] >= BLOCK and hits[1] > hits[0], hits
