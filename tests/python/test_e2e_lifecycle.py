@@ -88,14 +88,14 @@ def test_preemption_keeps_every_output(preempt_model, tmp_path):
 # ---- 8. SIGTERM and 9. a killed rank ---
 
 @pytest.mark.parametrize("target", ["launcher", "rank0"])
-def test_sigterm_finishes_running_calls_and_exits_0(long_model, tmp_path, target):
+def test_sigterm_finishes_running_calls_and_exits_0(small_long_model, tmp_path, target):
     """SIGTERM to the launcher (launcher/ltm-mpirun, as scripts/demo, an operator or a service
     manager stopping the job does) or to the coordinator: running calls finish, new ones get
     UNAVAILABLE, exit 0. Streams of 2032 tokens, so that they still run when the probe calls."""
-    n, new = 8, LONG_CONTEXT - 16
+    n, new = 8, SMALL_LONG_CONTEXT - 16
     reqs = [dict(prompt_token_ids=ids_of(16, 1100 + i), max_new_tokens=new, temperature=0.0,
                  ignore_eos=True) for i in range(n)]
-    with Server(long_model, extra=["--kv-memory-mb", 16, "--drain-timeout", 120],
+    with Server(small_long_model, extra=["--kv-memory-mb", 16, "--drain-timeout", 120],
                 log_dir=str(tmp_path), name=f"sigterm-{target}") as srv:
         client = srv.client(timeout=120)
         want = [list(x.token_ids) for x in run_all(lambda r: client.generate(**r), reqs, n)]
@@ -122,12 +122,13 @@ def test_sigterm_finishes_running_calls_and_exits_0(long_model, tmp_path, target
     assert code == 0, f"mpirun exited {code} after SIGTERM (want 0)\n{log}"
 
 
-def test_drain_timeout_cancels_what_is_left(long_model, tmp_path):
+def test_drain_timeout_cancels_what_is_left(small_long_model, tmp_path):
     n = 16
-    reqs = [dict(prompt_token_ids=ids_of(16, 1200 + i), max_new_tokens=LONG_CONTEXT - 16,
-                 temperature=0.0, ignore_eos=True) for i in range(n)]
+    new = SMALL_LONG_CONTEXT - 16
+    reqs = [dict(prompt_token_ids=ids_of(16, 1200 + i), max_new_tokens=new, temperature=0.0,
+                 ignore_eos=True) for i in range(n)]
     drain = 0.5
-    with Server(long_model, extra=["--kv-memory-mb", 32, "--drain-timeout", drain],
+    with Server(small_long_model, extra=["--kv-memory-mb", 32, "--drain-timeout", drain],
                 log_dir=str(tmp_path), name="drain-timeout") as srv:
         threads, results = stream_until_first_token(srv, reqs)
         t0 = time.monotonic()
@@ -148,18 +149,19 @@ def test_drain_timeout_cancels_what_is_left(long_model, tmp_path):
         assert r[0] in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE), (r[0], r[2])
     for r in results:
         if r[0] == grpc.StatusCode.OK:
-            assert len(r[1]) == LONG_CONTEXT - 16
+            assert len(r[1]) == new
     assert t_calls < drain + 15, "the calls outlived --drain-timeout by far"
     assert code == 0, f"exit {code} after a drain that timed out (want 0)\n{log}"
 
 
 # ---- 9. a dead rank --------------------------------------------------------------------------
 
-def test_killed_rank_ends_streams_with_unavailable(long_model, tmp_path):
+def test_killed_rank_ends_streams_with_unavailable(small_long_model, tmp_path):
     n = 16
-    reqs = [dict(prompt_token_ids=ids_of(16, 1300 + i), max_new_tokens=LONG_CONTEXT - 16,
-                 temperature=0.0, ignore_eos=True) for i in range(n)]
-    with Server(long_model, extra=["--kv-memory-mb", 32, "--collective-timeout", 10],
+    new = SMALL_LONG_CONTEXT - 16
+    reqs = [dict(prompt_token_ids=ids_of(16, 1300 + i), max_new_tokens=new, temperature=0.0,
+                 ignore_eos=True) for i in range(n)]
+    with Server(small_long_model, extra=["--kv-memory-mb", 32, "--collective-timeout", 10],
                 log_dir=str(tmp_path), name="kill-rank") as srv:
         pids = srv.rank_pids()
         assert sorted(pids) == [0, 1, 2, 3], pids

@@ -33,13 +33,13 @@ SMALL = dict(n_positions=256, n_embd=64, n_layer=3, n_head=4)
 # 64 blocks of 8 tokens, two full contexts.
 PREEMPT = dict(n_positions=256, n_embd=128, n_layer=8, n_head=4)
 CONTEXT = 256
-# The small model with a context of 2048: streams of LONG_CONTEXT - 16 tokens that last ~8x as
+# The small model with a context of 2048: streams of SMALL_LONG_CONTEXT - 16 tokens, ~8x as
 # long as the small model's, for tests that act while calls run (a signal, a killed rank) and
 # must not find them already finished on a slow or loaded machine. With 256-token streams a
 # SIGTERM test beside two busy loops found every stream's tokens made ~0.1 s after the signal,
 # before its probe's second call (2026-12-07).
-LONG = dict(SMALL, n_positions=2048)
-LONG_CONTEXT = 2048
+SMALL_LONG = dict(SMALL, n_positions=2048)
+SMALL_LONG_CONTEXT = 2048
 VOCAB = 50257
 MAX_MESSAGE_BYTES = 64 * 1024
 
@@ -157,9 +157,9 @@ def small_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def long_model(tmp_path_factory) -> str:
-    path = str(tmp_path_factory.mktemp("e2e") / "long")
-    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=13, **LONG)
+def small_long_model(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("e2e") / "small_long")
+    make_checkpoint(path, copy_vocab_from=GPT2_DIR, std=0.2, seed=13, **SMALL_LONG)
     return path
 
 
