@@ -50,7 +50,7 @@ def model(tmp_path_factory) -> str:
 # Generation long enough to outlast a test's steps: the small model writes its 240 tokens in
 # ~0.35 s, which a test that waits to see a request running (or queued) can miss on a loaded
 # machine; this one takes ~5.5 s for LONG_TOKENS (a one-shot on the 2-core Zen 5 VM, idle;
-# 1000 tokens 1.5 s there, ~3 s on the Xeon VM). 1000 were not enough beside four busy loops: the
+# 1000 tokens 1.5 s there, ~3 s on an earlier VM). 1000 were not enough beside four busy loops: the
 # disconnect test's client closed its socket when 998 had been made (2026-12-07). Tests that
 # cancel or cut it pay for what runs until then; the limits test asks for 500.
 LONG = dict(n_positions=4096, n_embd=256, n_layer=4, n_head=4)

@@ -21,10 +21,10 @@ from ltm_testing.lora import make_adapter
 assert os.environ.get("LTM_WORKER") and GPT2_DIR, "run through ctest (LTM_WORKER, LTM_GPT2_DIR)"
 
 BLOCK = 8
-# New tokens a request. With 16 the wave's eight requests needed ~42 blocks at their ends against
-# 36, so they preempted only where all ran at once; beside four busy loops the client sent them
-# so far apart that five waves in a row did not (2026-12-07). With 48 each holds 4 more blocks
-# for 3x as long.
+# New tokens a request. With 16 the wave's eight requests need ~42 blocks at their ends (counted
+# from their prompts, whole shared blocks once) against the 36 the server has, so they preempted
+# only where all ran at once; beside four busy loops the client sent them so far apart that five
+# waves in a row did not (2026-12-07). With 48 each holds 4 more blocks for 3x as long.
 NEW = 48
 TOL = 2e-4
 
@@ -137,7 +137,7 @@ def test_cached_prefixes_give_the_uncached_one_rank_answers(setup, tmp_path):
         info = on.model_info()
         print(f"hit tokens after each wave {hits}, query tokens {query}, preemptions {preempted},"
               f" cached blocks {cached} of {info.kv_blocks_total}")
-        assert preempted > 0, f"no wave of {len(hits)} preempted: the KV cache was meant to be too small"
+        assert preempted > 0, f"none of {len(hits)} waves preempted: the KV cache was meant to be small"
         # The first wave reuses at least the whole blocks of the prefix the warm-up cached for
         # the requests that share them (if not evicted by the preemptions in between).
         assert hits[0] >= BLOCK and hits[1] > hits[0], hits
