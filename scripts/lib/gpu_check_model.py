@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """scripts/gpu_check's model step: the whole model in bf16 on the GPU against the CPU backend in
-fp32, on one checkpoint made here with torch.
+fp32, on two checkpoints made here with torch, each read from its folder by ltm-worker.
 
-  gpu_check_model.py LTM_WORKER OUT_DIR
+  gpu_check_model.py LTM_WORKER OUT_DIR [DEVICE]
 
-The checkpoint (4 layers, d 256, 4 heads of 64, vocab 512, bf16 so both runs read the same
-values) has its token embedding scaled to std 0.1 (the rest std 0.02, W^Q/W^K 0.2): the tied LM
-head then gives each step's top token a margin far above bf16's error, so greedy decoding must
-agree token for token, while attention and the MLP still move every logit. Checked over 32
+DEVICE is cuda unless given (devsim, the emulated device, runs the step's logic on a CPU:
+tests/python/test_gpu_check_model.py). The checkpoints: GPT-2 (4 layers, d 256, 4 heads of 64,
+vocab 512) and Qwen2 (the Llama family: RMSNorm, RoPE, SwiGLU, q/k/v biases, 8 query heads of
+32 over 2 KV heads; 4 layers, hidden 256, vocab 512), both bf16 so both runs read the same
+values, their tied token embedding scaled to std 0.1 (the rest std 0.02, W^Q/W^K 0.2 for GPT-2
+and 0.08 for Qwen2): the tied LM head then gives each step's top token a margin far above bf16's
+error, so greedy decoding must agree token for token, while attention (peaked, so that RoPE and
+the KV heads' mapping matter) and the MLP still move every logit. Checked for each over 32
 greedy steps: the same tokens; each step's logits within TOL_REL x that step's largest |logit|
 of the fp32 ones (bf16 keeps 8 significant bits; 4 layers of bf16 activations with fp32
 accumulation stay well inside 3%); the fp32 run's smallest top-2 margin above twice that bound
@@ -42,10 +46,15 @@ def read_npy(path):
     return tuple(d["shape"]), list(struct.unpack_from(f"<{n}f", data, start))
 
 
-def make_model(path):
+def testing_modules():
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "..", "tests", "python"))
-    from ltm_testing import checkpoint as ck  # torch (and numpy) from this Python
+    from ltm_testing import checkpoint as ck, llama_checkpoint as lc  # torch from this Python
+    return ck, lc
+
+
+def make_model(path):
+    ck, _ = testing_modules()
 
     ck.make_checkpoint(path, vocab_size=512, n_positions=128, n_embd=256, n_layer=4, n_head=4,
                        std=0.02, qk_std=0.2, seed=20, dtype="BF16")
@@ -56,6 +65,20 @@ def make_model(path):
         raw, _ = ck._to_bytes(t, "BF16")
         records.append((ck.PREFIX + name, "BF16", tuple(t.shape), raw))
     ck.write_safetensors(os.path.join(path, ck.SINGLE_FILE), records, {"format": "pt"})
+
+
+def make_qwen2_model(path):
+    ck, lc = testing_modules()
+    weights = lc.make_llama_checkpoint(
+        path, family="qwen2", vocab_size=512, hidden_size=256, intermediate_size=512, n_layer=4,
+        n_head=8, n_kv_head=2, tie_word_embeddings=True, max_position_embeddings=128, std=0.02,
+        qk_std=0.08, seed=20, dtype="BF16")
+    weights["embed_tokens.weight"] = weights["embed_tokens.weight"] * 5.0
+    records = []
+    for name, t in weights.items():
+        raw, _ = ck._to_bytes(t, "BF16")
+        records.append((lc.PREFIX + name, "BF16", tuple(t.shape), raw))
+    ck.write_model_files(path, records)
 
 
 def run(worker, model, device, dtype, logits_path):
@@ -70,21 +93,21 @@ def run(worker, model, device, dtype, logits_path):
     return json.loads(p.stdout.strip().splitlines()[-1])["generated_ids"]
 
 
-def main():
-    worker, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
-    model = os.path.join(out, "checkpoint")
+def check(worker, out, name, make, device):
+    """One checkpoint: returns the problems found (empty: passed) and prints its result line."""
+    model = os.path.join(out, name)
     try:
-        make_model(model)
-        cpu_ids = run(worker, model, "cpu", "f32", os.path.join(out, "cpu_logits.npy"))
-        gpu_ids = run(worker, model, "cuda", "bf16", os.path.join(out, "cuda_logits.npy"))
-        (n, v), cpu = read_npy(os.path.join(out, "cpu_logits.npy"))
-        shape, gpu = read_npy(os.path.join(out, "cuda_logits.npy"))
+        make(model)
+        cpu_ids = run(worker, model, "cpu", "f32", os.path.join(out, f"{name}_cpu_logits.npy"))
+        gpu_ids = run(worker, model, device, "bf16",
+                      os.path.join(out, f"{name}_{device}_logits.npy"))
+        (n, v), cpu = read_npy(os.path.join(out, f"{name}_cpu_logits.npy"))
+        shape, gpu = read_npy(os.path.join(out, f"{name}_{device}_logits.npy"))
     except Exception as e:  # noqa: BLE001 - every failure is this step's result
-        print(f"result: {e}")
-        return 1
-    print("cpu ids ", cpu_ids)
-    print("cuda ids", gpu_ids)
+        print(f"result: {name}: {e}")
+        return [str(e)]
+    print(f"{name} cpu ids  ", cpu_ids)
+    print(f"{name} {device} ids", gpu_ids)
     problems = []
     if len(cpu_ids) != STEPS or cpu_ids != gpu_ids:
         first = next((i for i, (a, b) in enumerate(zip(cpu_ids, gpu_ids)) if a != b),
@@ -105,11 +128,22 @@ def main():
     if min_margin_rel <= 2 * TOL_REL:
         problems.append(f"the checkpoint's smallest top-2 margin {min_margin_rel:.4f} is not "
                         f"above twice the tolerance")
-    summary = (f"{STEPS} greedy tokens {'identical' if cpu_ids == gpu_ids else 'DIFFERENT'}; "
-               f"max |logit diff| {worst_rel:.4f} of row max (tolerance {TOL_REL}); smallest "
+    summary = (f"{name}: {STEPS} greedy tokens {'identical' if cpu_ids == gpu_ids else 'DIFFERENT'}"
+               f"; max |logit diff| {worst_rel:.4f} of row max (tolerance {TOL_REL}); smallest "
                f"top-2 margin {min_margin_rel:.3f} of row max")
     print("result:", summary + ("; " + "; ".join(problems) if problems else ""))
-    return 1 if problems else 0
+    return problems
+
+
+def main():
+    worker, out = sys.argv[1], sys.argv[2]
+    device = sys.argv[3] if len(sys.argv) > 3 else "cuda"
+    os.makedirs(out, exist_ok=True)
+    failed = [name for name, make in (("gpt2", make_model), ("qwen2", make_qwen2_model))
+              if check(worker, out, name, make, device)]
+    if failed:
+        print(f"result: failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 // prefill with decodes.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -12,9 +15,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/check.h"
+#include "parallel/communicator.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
+#include "runtime/model/model_config.h"
 #include "runtime/model/step_input.h"
 #include "runtime/model/weight_source.h"
 
@@ -23,11 +29,17 @@ namespace ltm::greedy {
 // make_random_source's weights (std `std`), but with biases of +-`bias` (a fixed pattern per
 // tensor, so the bias epilogues have something to add) and the token embedding scaled by
 // `wte_scale` (the tied LM head then gives each step's top token a margin far above 16-bit
-// rounding, so greedy tokens must agree across activation types).
+// rounding, so greedy tokens must agree across activation types). The embedding is GPT-2's
+// `wte.weight` or the Llama family's `model.embed_tokens.weight`; the Llama family's Q and K
+// projections (`q_proj`, `k_proj`) are scaled by `qk_scale`.
 class MarginSource final : public WeightSource {
  public:
-  MarginSource(const ModelConfig& config, uint64_t seed, float std, float bias, float wte_scale)
-      : inner_(make_random_source(config, seed, std)), bias_(bias), wte_scale_(wte_scale) {}
+  MarginSource(const ModelConfig& config, uint64_t seed, float std, float bias, float wte_scale,
+               float qk_scale)
+      : inner_(make_random_source(config, seed, std)),
+        bias_(bias),
+        wte_scale_(wte_scale),
+        qk_scale_(qk_scale) {}
   const ModelConfig& config() const override { return inner_->config(); }
   const float* f32_in_place(std::string_view) const override { return nullptr; }
   void read_f32(std::string_view name, const SliceSpec& s, float* out) const override {
@@ -39,8 +51,10 @@ class MarginSource final : public WeightSource {
         const float idx = static_cast<float>(s.row_begin + i);
         out[i] = bias_ * std::sin(0.7f * idx + phase);
       }
-    } else if (name == "wte.weight") {
+    } else if (name == "wte.weight" || name == "model.embed_tokens.weight") {
       for (int64_t i = 0; i < n; ++i) out[i] *= wte_scale_;
+    } else if (name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight")) {
+      for (int64_t i = 0; i < n; ++i) out[i] *= qk_scale_;
     }
   }
   uint64_t bytes_read() const override { return inner_->bytes_read(); }
@@ -48,7 +62,7 @@ class MarginSource final : public WeightSource {
 
  private:
   std::unique_ptr<WeightSource> inner_;
-  float bias_, wte_scale_;
+  float bias_, wte_scale_, qk_scale_;
 };
 
 // The checkpoint both whole-model comparisons use: 4 layers, d 256, vocab 512, d_ff 1024;
@@ -63,10 +77,63 @@ inline ModelConfig margin_config(int n_head) {
   c.n_inner = 1024;
   return c;
 }
-// Its weights: std 0.02, biases +-0.02, the token embedding scaled by 5.
+// Its weights: std 0.02, biases +-0.02, the token embedding scaled by 5; a Llama-family model's
+// separate Q and K projections also by 4, so that its attention is peaked and RoPE and the KV
+// heads' mapping matter: with std 0.02 alone the scores were nearly uniform, which any rotation
+// leaves as they are (the 16-bit emulation's logits moved by 0.012-0.019 of the row's maximum
+// with no RoPE at all, under model_cuda_gpu_test's tolerance of 0.03; with the scale, 0.24-0.31,
+// while 16-bit rounding moves them by 0.0005 (fp16) to 0.012 (int8); activation16_test).
 inline std::unique_ptr<WeightSource> margin_source(const ModelConfig& c) {
-  return std::make_unique<MarginSource>(c, 20, 0.02f, 0.02f, 5.0f);
+  return std::make_unique<MarginSource>(c, 20, 0.02f, 0.02f, 5.0f, 4.0f);
 }
+
+// The Llama-family checkpoint of the same comparisons: 4 layers, hidden 256, vocab 512, SwiGLU
+// of 512, `n_head` query heads of `head_dim` over `n_kv_head` KV heads (grouped-query attention;
+// the query width n_head x head_dim need not be the hidden size), RoPE, RMSNorm, a tied head (so
+// that the embedding's scale gives the margin, as GPT-2's). `type` "qwen2" adds q/k/v biases.
+inline ModelConfig margin_llama_config(const std::string& type, int n_head, int n_kv_head,
+                                       int head_dim) {
+  const std::string json = R"({"model_type": ")" + type + R"(", "vocab_size": 512,
+      "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+      "num_attention_heads": )" + std::to_string(n_head) + R"(, "num_key_value_heads": )" +
+                           std::to_string(n_kv_head) + R"(, "head_dim": )" +
+                           std::to_string(head_dim) + R"(, "max_position_embeddings": 128,
+      "rms_norm_eps": 1e-5, "rope_theta": 10000, "tie_word_embeddings": true})";
+  absl::StatusOr<ModelConfig> c = parse_model_config(json, "margin_llama_config");
+  LTM_ASSERT(c.ok(), c.status().ToString());
+  return *c;
+}
+// The shapes the comparisons run: 8 query heads of 64 over 2 KV heads (Llama); 4 of 128 over 1
+// with q/k/v biases (Qwen2).
+struct LlamaShape {
+  const char* type;
+  int n_head, n_kv_head, head_dim;
+};
+inline constexpr LlamaShape kLlamaShapes[] = {{"llama", 8, 2, 64}, {"qwen2", 4, 1, 128}};
+inline ModelConfig margin_llama_config(const LlamaShape& s) {
+  return margin_llama_config(s.type, s.n_head, s.n_kv_head, s.head_dim);
+}
+
+// A model on `backend` with weights of `p` from margin_source(c), and its KV cache (of p's type;
+// fp16 for int8 weights: a cache is never int8), 64 blocks of 16.
+struct ModelRun {
+  std::unique_ptr<Backend> backend;
+  parallel::SoloCommunicator tp{"tp"};
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> cache;
+  ModelRun(std::unique_ptr<Backend> b, const ModelConfig& c, Precision p) : backend(std::move(b)) {
+    std::unique_ptr<WeightSource> source = margin_source(c);
+    ModelOptions options;
+    options.weights = p;
+    auto m = Model::load(*source, *backend, ShardSpec{}, tp, options);
+    LTM_ASSERT(m.ok(), "loading the margin checkpoint: ", m.status().ToString());
+    model = std::move(*m);
+    cache = std::make_unique<KvCache>(*backend, c.n_layer, c.kv_heads(), c.head_dim(), 16, 64,
+                                      p == Precision::kInt8 ? Precision::kF16 : p);
+  }
+  ModelRun(const ModelRun&) = delete;  // the model holds a reference to tp
+  ModelRun& operator=(const ModelRun&) = delete;
+};
 
 struct GreedySeq {
   std::vector<int32_t> tokens;  // prompt, then the generated tokens
@@ -178,6 +245,31 @@ inline LogitGap logit_gap(const std::vector<std::vector<float>>& ref,
     g.min_margin_rel = std::min(g.min_margin_rel, (top[0] - top[1]) / scale);
   }
   return g;
+}
+
+// greedy_pair on `got` (first: a workspace too small stops it with a message before the plain
+// run could overflow it), then on `ref`: expects the same greedy tokens, each step's logits within
+// `tol` of the reference step's largest |logit| (and, when `rounded`, not all equal: the 16-bit
+// types really were used) and the reference's top-2 margins above twice `tol` (else the
+// checkpoint could not tell a wrong token from rounding). Prints a line a sequence, after `label`.
+inline void expect_greedy_agree(ModelRun& ref, ModelRun& got, int steps, double tol, bool rounded,
+                                const std::string& label) {
+  auto [ga, gb] = greedy_pair(*got.model, *got.backend, *got.cache, steps);
+  auto [ra, rb] = greedy_pair(*ref.model, *ref.backend, *ref.cache, steps);
+  EXPECT_EQ(ra.generated, ga.generated) << label;
+  EXPECT_EQ(rb.generated, gb.generated) << label;
+  for (const auto& [r, g] : {std::pair{&ra, &ga}, std::pair{&rb, &gb}}) {
+    const LogitGap gap = logit_gap(r->logits, g->logits);
+    std::printf("result: %s: %d greedy tokens %s; max |logit diff| %.4f of row max (tolerance "
+                "%.2f); smallest top-2 margin %.3f of row max\n",
+                label.c_str(), steps, r->generated == g->generated ? "identical" : "DIFFERENT",
+                gap.worst_rel, tol, gap.min_margin_rel);
+    EXPECT_LT(gap.worst_rel, tol) << label;
+    if (rounded) {
+      EXPECT_GT(gap.worst_rel, 0.0) << label;
+    }
+    EXPECT_GT(gap.min_margin_rel, 2 * tol) << label << ": the checkpoint's margins are too small";
+  }
 }
 
 }  // namespace ltm::greedy

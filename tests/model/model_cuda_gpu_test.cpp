@@ -8,7 +8,10 @@
 // scripts/gpu_check's model step, scripts/lib/gpu_check_model.py). The checkpoint's smallest top-2
 // margin must be above twice that, else it could not tell a wrong token from rounding.
 // Also: with LTM_CUDA_F32_ACT unset the model really keeps 16-bit activations.
-// Head dims 64 and 128 (d 256 with 4 and 2 heads). Skipped without a CUDA device.
+// Head dims 64 and 128 (d 256 with 4 and 2 heads). The Llama family the same way
+// (greedy::margin_llama_config: RMSNorm, RoPE, SwiGLU, grouped-query attention, Qwen2's q/k/v
+// biases), in bf16, fp16 and int8, as activation16_test emulates it on the CPU. Skipped without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,24 +29,6 @@ namespace {
 constexpr double kTolRel = 0.03;
 constexpr int kSteps = 32;
 
-struct ModelRun {
-  std::unique_ptr<Backend> backend;
-  parallel::SoloCommunicator tp{"tp"};
-  std::unique_ptr<Model> model;
-  std::unique_ptr<KvCache> cache;
-  // p: the weights; the cache is p's type too, fp16 for int8 weights (a cache is never int8).
-  ModelRun(std::unique_ptr<Backend> b, const ModelConfig& c, Precision p) : backend(std::move(b)) {
-    std::unique_ptr<WeightSource> source = greedy::margin_source(c);
-    ModelOptions options;
-    options.weights = p;
-    auto m = Model::load(*source, *backend, ShardSpec{}, tp, options);
-    EXPECT_TRUE(m.ok()) << m.status();
-    model = std::move(*m);
-    cache = std::make_unique<KvCache>(*backend, c.n_layer, c.n_head, c.n_embd / c.n_head, 16, 64,
-                                      p == Precision::kInt8 ? Precision::kF16 : p);
-  }
-};
-
 class ModelCuda : public ::testing::TestWithParam<std::tuple<Precision, int>> {};
 
 TEST_P(ModelCuda, Greedy16BitOnGpuMatchesCpuFp32) {
@@ -52,27 +37,44 @@ TEST_P(ModelCuda, Greedy16BitOnGpuMatchesCpuFp32) {
   std::string error;
   std::unique_ptr<Backend> gpu = make_cuda_backend(0, &error);
   ASSERT_NE(gpu, nullptr) << error;
-  ModelRun cpu_run(make_cpu_backend(0), c, Precision::kF32);
-  ModelRun gpu_run(std::move(gpu), c, p);
+  greedy::ModelRun cpu_run(make_cpu_backend(0), c, Precision::kF32);
+  greedy::ModelRun gpu_run(std::move(gpu), c, p);
   if (std::getenv("LTM_CUDA_F32_ACT") == nullptr) {
     EXPECT_EQ(gpu_run.model->activation_precision(),
               p == Precision::kInt8 ? Precision::kF16 : p);
   }
-  auto [ca, cb] = greedy::greedy_pair(*cpu_run.model, *cpu_run.backend, *cpu_run.cache, kSteps);
-  auto [ga, gb] = greedy::greedy_pair(*gpu_run.model, *gpu_run.backend, *gpu_run.cache, kSteps);
-  EXPECT_EQ(ca.generated, ga.generated);
-  EXPECT_EQ(cb.generated, gb.generated);
-  for (const auto& [r, g] : {std::pair{&ca, &ga}, std::pair{&cb, &gb}}) {
-    const greedy::LogitGap gap = greedy::logit_gap(r->logits, g->logits);
-    std::printf("result: %s on cuda vs f32 on cpu, head_dim %lld: %d greedy tokens %s; max "
-                "|logit diff| %.4f of row max (tolerance %.2f); smallest top-2 margin %.3f\n",
-                precision_name(p), static_cast<long long>(c.n_embd / c.n_head), kSteps,
-                r->generated == g->generated ? "identical" : "DIFFERENT", gap.worst_rel, kTolRel,
-                gap.min_margin_rel);
-    EXPECT_LT(gap.worst_rel, kTolRel);
-    EXPECT_GT(gap.min_margin_rel, 2 * kTolRel) << "the checkpoint's margins are too small";
-  }
+  greedy::expect_greedy_agree(cpu_run, gpu_run, kSteps, kTolRel, false,
+                              std::string(precision_name(p)) + " on cuda vs f32 on cpu, head_dim " +
+                                  std::to_string(c.n_embd / c.n_head));
 }
+
+class LlamaCuda : public ::testing::TestWithParam<std::tuple<Precision, int>> {};
+
+TEST_P(LlamaCuda, GreedyOnGpuMatchesCpuFp32) {
+  const auto [p, shape] = GetParam();
+  const greedy::LlamaShape& sh = greedy::kLlamaShapes[shape];
+  const ModelConfig c = greedy::margin_llama_config(sh);
+  std::string error;
+  std::unique_ptr<Backend> gpu = make_cuda_backend(0, &error);
+  ASSERT_NE(gpu, nullptr) << error;
+  ASSERT_TRUE(gpu->supports_llama());
+  greedy::ModelRun cpu_run(make_cpu_backend(0), c, Precision::kF32);
+  greedy::ModelRun gpu_run(std::move(gpu), c, p);
+  greedy::expect_greedy_agree(
+      cpu_run, gpu_run, kSteps, kTolRel, false,
+      std::string(sh.type) + " " + precision_name(p) + " on cuda vs f32 on cpu (" +
+          std::to_string(sh.n_head) + " heads of " + std::to_string(sh.head_dim) + " over " +
+          std::to_string(sh.n_kv_head) + " KV heads)");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, LlamaCuda,
+    ::testing::Combine(::testing::Values(Precision::kBF16, Precision::kF16, Precision::kInt8),
+                       ::testing::Values(0, 1)),
+    [](const ::testing::TestParamInfo<std::tuple<Precision, int>>& info) {
+      return std::string(greedy::kLlamaShapes[std::get<1>(info.param)].type) + "_" +
+             precision_name(std::get<0>(info.param));
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     Types, ModelCuda,
