@@ -8,7 +8,9 @@ heads under tp 4 (KV heads replicated) and tp 2 x pp 2. Random weights from a co
 random): each rank draws only its slices, so the layouts see one model. A tp that neither divides
 nor is a multiple of the KV heads is refused with a message naming them. A PEFT LoRA adapter on
 q/k/v/o/gate/up/down (applied as fused updates: q|k|v and gate|up) gives the one-rank tokens in
-every layout, unmerged and merged alike."""
+every layout, unmerged and merged alike. On the emulated device (--device devsim, the CUDA path's
+stand-in) one rank replays captured decode graphs, and tp 2 x pp 2 (Llama) and tp 4 (Qwen2) give
+the one-rank CPU tokens."""
 import json
 
 import pytest
@@ -111,6 +113,15 @@ def test_emulated_device_with_decode_graphs_gives_the_cpus_tokens(configs):
                                "--init-std", "0.3", "--init-seed", 3])
     assert out["decode_graphs"]["replays"] > 0, out["decode_graphs"]
     assert out["generated_ids"] == tokens(configs["qwen2"], 1, 1)
+
+
+def test_emulated_device_groups_give_the_one_rank_tokens(configs):
+    # The device path with several ranks (what --device cuda runs over NCCL): activations on the
+    # emulated device's communicators, Llama's KV heads split with a pipeline, Qwen2's
+    # replicated over tp 4.
+    for name, (tp, pp) in (("llama", (2, 2)), ("qwen2", (4, 1))):
+        assert tokens(configs[name], tp, pp, ["--device", "devsim"]) == \
+            tokens(configs[name], 1, 1), (name, tp, pp)
 
 
 def test_tp_that_cannot_split_the_kv_heads_is_refused(tmp_path):
