@@ -93,6 +93,19 @@ def run(worker, model, device, dtype, logits_path):
     return json.loads(p.stdout.strip().splitlines()[-1])["generated_ids"]
 
 
+def logit_gap(ref, got, vocab, steps):
+    """(largest |ref - got| of a step over that step's largest |ref|, smallest top-2 margin of
+    ref over the same scale), over the first `steps` rows of two flat [steps, vocab] lists."""
+    worst_rel, min_margin_rel = 0.0, float("inf")
+    for i in range(steps):
+        r, g = ref[i * vocab:(i + 1) * vocab], got[i * vocab:(i + 1) * vocab]
+        scale = max(abs(x) for x in r)
+        worst_rel = max(worst_rel, max(abs(a - b) for a, b in zip(r, g)) / scale)
+        top = sorted(r, reverse=True)
+        min_margin_rel = min(min_margin_rel, (top[0] - top[1]) / scale)
+    return worst_rel, min_margin_rel
+
+
 def check(worker, out, name, make, device):
     """One checkpoint: returns the problems found (empty: passed) and prints its result line."""
     model = os.path.join(out, name)
@@ -115,13 +128,7 @@ def check(worker, out, name, make, device):
         problems.append(f"tokens differ from step {first}")
     if shape != (n, v) or n < STEPS:
         problems.append(f"logits shapes {shape} and {(n, v)}, expected ({STEPS}, vocab)")
-    worst_rel, min_margin_rel = 0.0, float("inf")
-    for i in range(min(n, shape[0])):
-        c, g = cpu[i * v:(i + 1) * v], gpu[i * v:(i + 1) * v]
-        scale = max(abs(x) for x in c)
-        worst_rel = max(worst_rel, max(abs(a - b) for a, b in zip(c, g)) / scale)
-        top = sorted(c, reverse=True)
-        min_margin_rel = min(min_margin_rel, (top[0] - top[1]) / scale)
+    worst_rel, min_margin_rel = logit_gap(cpu, gpu, v, min(n, shape[0]))
     if worst_rel > TOL_REL:
         problems.append(f"logits differ by {worst_rel:.4f} of the row's largest |logit| "
                         f"(tolerance {TOL_REL})")

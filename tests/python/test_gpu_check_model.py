@@ -22,15 +22,6 @@ def load_script():
     return module
 
 
-def worst_rel(a, b, v):
-    """Largest |a - b| of a step over that step's largest |a|, over the steps (as the script)."""
-    worst = 0.0
-    for i in range(len(a) // v):
-        ra, rb = a[i * v:(i + 1) * v], b[i * v:(i + 1) * v]
-        worst = max(worst, max(abs(x - y) for x, y in zip(ra, rb)) / max(abs(x) for x in ra))
-    return worst
-
-
 def test_the_model_step_passes_on_the_emulated_device(tmp_path):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run(["/usr/bin/python3", SCRIPT, WORKER, str(tmp_path), "devsim"],
@@ -60,8 +51,8 @@ def test_the_qwen2_checkpoint_tells_a_wrong_rope_from_rounding(tmp_path):
         m.run(WORKER, folder, "cpu", dtype, path)
         logits[name] = m.read_npy(path)
     (n, v), ref = logits["ref"]
-    rounding = worst_rel(ref, logits["bf16"][1], v)
-    wrong_rope = worst_rel(ref, logits["wrong"][1], v)
+    rounding = m.logit_gap(ref, logits["bf16"][1], v, n)[0]
+    wrong_rope = m.logit_gap(ref, logits["wrong"][1], v, n)[0]
     print(f"bf16 weights and cache: {rounding:.4f}; another rope_theta: {wrong_rope:.4f} "
           f"(tolerance {m.TOL_REL})")
     assert rounding < m.TOL_REL
