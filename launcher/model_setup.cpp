@@ -21,6 +21,7 @@
 #endif
 #include "runtime/backend/devsim_backend.h"
 #include "launcher/lora_setup.h"
+#include "runtime/model/capacity_plan.h"
 #include "runtime/model/load_guard.h"
 #include "runtime/model/load_progress.h"
 
@@ -106,6 +107,36 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> device_comm(
 #endif
 }
 
+// --draft-device device on a GPU: what rank 0's draft model will hold on its GPU
+// (draft_device_bytes), taken off every rank's KV budget as ltm-plan does (the ranks hold the
+// same blocks). Rank 0 reads the draft's config (the other ranks may not see its folder) and
+// every rank takes its figure; an error of rank 0's is every rank's, after the exchange.
+absl::StatusOr<int64_t> reserve_draft_device_bytes(const WorkerOptions& o,
+                                                   parallel::MpiWorld& world) {
+  absl::Status error;
+  int64_t mine = 0;
+  if (world.rank() == 0) {
+    absl::StatusOr<ModelConfig> c = load_config_for(o.draft_model);
+    absl::StatusOr<Precision> w =
+        c.ok() ? draft_weight_precision(o.draft_model, *c)  // its errors name --draft-model
+               : absl::InvalidArgumentError(
+                     absl::StrCat("--draft-model ", o.draft_model, ": ", c.status().message()));
+    if (w.ok()) {
+      const DraftMemory m = draft_memory(*c, *w, o.block_size,
+                                         draft_max_sequences(o.spec_max_batch, o.max_running));
+      mine = draft_device_bytes(*c, m);
+    } else {
+      error = w.status();
+      mine = -1;
+    }
+  }
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.world().all_gather(&mine, all.data(), sizeof(int64_t));
+  if (!error.ok()) return error;
+  if (all[0] < 0) return absl::InvalidArgumentError("rank 0 could not read --draft-model");
+  return all[0];
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, int* argc,
@@ -127,6 +158,7 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                 local_ranks());
   const int device = layout.rank % std::max(1, local_ranks());
+  rs->device_index = device;
   if (o.device == "cuda") {
     std::string error;
     rs->backend = make_cuda_backend(device, &error);
@@ -273,6 +305,9 @@ absl::StatusOr<std::unique_ptr<RankSetup>> setup_rank(const WorkerOptions& o, in
           config.n_embd, config.n_inner, parallel::padded_vocab(config.vocab_size, o.tp), o.tp);
     sizing.graph_bytes = kGpuGraphBytes;
     sizing.overhead_bytes = kGpuRuntimeBytes;
+    if (o.speculative == "draft" && o.draft_device == "device") {
+      LTM_ASSIGN_OR_RETURN(sizing.draft_bytes, reserve_draft_device_bytes(o, *rs->world));
+    }
   }
   LTM_ASSIGN_OR_RETURN(rs->n_blocks, plan_kv_blocks(sizing));
   rs->kv_bytes = static_cast<uint64_t>(rs->n_blocks) *

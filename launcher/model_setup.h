@@ -37,6 +37,7 @@ struct RankSetup {
   std::optional<DType> checkpoint_dtype;  // of wte.weight; none for a config-only model
   Precision kv_precision = Precision::kF32;
   int threads = 1;
+  int device_index = 0;  // the GPU of this rank with --device cuda (local rank modulo the GPUs)
   double load_seconds = 0;
   std::vector<uint64_t> bytes_read_per_rank;  // checkpoint bytes each world rank read
   // This rank's memory once loaded: weights and KV cache as allocated, and the resident set

@@ -44,25 +44,12 @@ absl::StatusOr<ltm::ModelConfig> load_model(const std::string& model) {
                                           ": no such folder, config file or configs/ name"));
 }
 
-// The draft's weight type as DraftModelProposer::load picks it: a checkpoint's 16-bit type, else
-// f32 (a config .json: random f32 weights).
-absl::StatusOr<ltm::Precision> draft_weights(const std::string& dir, const ltm::ModelConfig& c) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return ltm::Precision::kF32;
-  absl::StatusOr<ltm::Checkpoint> ckpt = ltm::Checkpoint::open(dir);
-  if (!ckpt.ok())
-    return absl::InvalidArgumentError(absl::StrCat("--draft-model ", dir, ": ", ckpt.status().message()));
-  const ltm::DType dt = ckpt->dtype(c.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
-  if (dt == ltm::DType::kBF16) return ltm::Precision::kBF16;
-  if (dt == ltm::DType::kF16) return ltm::Precision::kF16;
-  return ltm::Precision::kF32;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace po = boost::program_options;
-  std::string model, device, weight_dtype = "f32", kv_dtype, speculative = "off", draft_model;
+  std::string model, device, weight_dtype = "f32", kv_dtype, speculative = "off", draft_model,
+      draft_device;
   int world = 1, batch = 32, devices_per_node = 0, max_running = 64,
       spec_max_batch = ltm::SpecOptions::kDraftMaxBatch,
       spec_tokens = 5;
@@ -90,6 +77,7 @@ int main(int argc, char** argv) {
       ("max-running", po::value(&max_running)->default_value(64), "ltm-worker's --max-running (a GPU's activations)")
       ("speculative", po::value(&speculative)->default_value("off"), "ltm-worker's --speculative: off | ngram | draft (draft: rank 0 also holds --draft-model, counted in its memory)")
       ("draft-model", po::value(&draft_model), "ltm-worker's --draft-model (with --speculative draft): its folder or config .json")
+      ("draft-device", po::value(&draft_device), "ltm-worker's --draft-device: cpu (the default) or device (on a GPU the draft then counts against rank 0's GPU memory, reserved before the KV cache)")
       ("spec-max-batch", po::value(&spec_max_batch)->default_value(ltm::SpecOptions::kDraftMaxBatch), "ltm-worker's --spec-max-batch (the draft keeps a context of KV for this many sequences + 1)")
       ("spec-tokens", po::value(&spec_tokens)->default_value(5), "ltm-worker's --spec-tokens (accepted; does not change memory)")
       ("kv-resident", po::bool_switch(&kv_resident), "ltm-worker's --kv-resident: the CPU KV cache resident from start-up (counted in the start-up figure)")
@@ -196,6 +184,10 @@ int main(int argc, char** argv) {
   if (speculative != "draft" && !draft_model.empty())
     return fail(absl::StrCat("--draft-model is used by --speculative draft only (this is --speculative ",
                              speculative, ")"));
+  if (!draft_device.empty() && draft_device != "cpu" && draft_device != "device")
+    return fail(absl::StrCat("--draft-device must be cpu or device, not '", draft_device, "'"));
+  if (!draft_device.empty() && speculative != "draft")
+    return fail("--draft-device is used by --speculative draft only (as ltm-worker)");
   if (spec_max_batch < 1) return fail("--spec-max-batch must be >= 1");
   if (spec_tokens < 1) return fail("--spec-tokens must be >= 1");
   if (speculative == "draft") {
@@ -205,11 +197,12 @@ int main(int argc, char** argv) {
       return fail(absl::StrCat("--draft-model ", draft_model, ": no such folder or config file"));
     auto dc = load_model(draft_model);
     if (!dc.ok()) return fail(absl::StrCat("--draft-model ", draft_model, ": ", dc.status().message()));
-    auto dw = draft_weights(draft_model, *dc);
+    auto dw = ltm::draft_weight_precision(draft_model, *dc);
     if (!dw.ok()) return fail(std::string(dw.status().message()));
     in.draft = true;
     in.draft_config = *dc;
     in.draft_weights = *dw;
+    in.draft_on_device = draft_device == "device";
     in.spec_max_batch = spec_max_batch;
   }
   auto plan = ltm::make_plan(in);

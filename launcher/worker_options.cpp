@@ -70,7 +70,8 @@ po::options_description describe(WorkerOptions* o) {
       ("spec-tokens", po::value(&o->spec_tokens)->default_value(5), "speculative decoding: drafts per sequence and step, at most (fewer while they are rejected)")
       ("spec-max-batch", po::value(&o->spec_max_batch)->default_value(0), "speculative decoding: only while at most this many sequences run; 0: by mode, every batch with ngram (the measured cost of a draft row stops it where it would lose), 4 with draft (whose KV cache holds that many + 1)")
       ("spec-token-cost", po::value(&o->spec_token_cost)->default_value(0.0), "speculative decoding: what a draft row costs against a decode step, for the draft length; 0: measured from the server's own decode steps")
-      ("draft-model", po::value(&o->draft_model), "--speculative draft: the draft model, an HF folder (or a config .json: random weights) with the target's tokenizer; rank 0 runs it on the CPU; it proposes greedily at temperature 0 and samples its proposals at temperature > 0 (verified by the rejection-sampling rule)")
+      ("draft-model", po::value(&o->draft_model), "--speculative draft: the draft model, an HF folder (or a config .json: random weights) with the target's tokenizer; rank 0 runs it on its CPU (or --draft-device device); it proposes greedily at temperature 0 and samples its proposals at temperature > 0 (verified by the rejection-sampling rule)")
+      ("draft-device", po::value(&o->draft_device), "--speculative draft: where rank 0 runs the draft model: cpu (its host cores; the default) or device (the target's --device: with --device cuda rank 0's GPU; its weights, KV cache and activations are then reserved on that GPU before the target's KV cache is sized)")
       ("cuda-graphs", po::value(&o->cuda_graphs), "on | off: decode steps replayed as CUDA graphs captured per padded batch size (default: on with --device cuda; the CPU has none)")
       ("weight-dtype", po::value(&o->weight_dtype), "f32 | bf16 | fp16 | int8: how weight matrices are held (default: the checkpoint's dtype; f32 for a config). int8: symmetric, a scale per 32 weights, quantized at load")
       ("kv-dtype", po::value(&o->kv_dtype), "f32 | bf16 | fp16: the KV cache's element type (default: f32 with f32 weights, bf16 with bf16 weights on CUDA, else fp16)");
@@ -223,6 +224,11 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
         !std::filesystem::is_regular_file(o->draft_model, ec))
       return fail(absl::StrCat("--draft-model ", o->draft_model, ": no such folder or config file"));
   }
+  if (!o->draft_device.empty() && o->draft_device != "cpu" && o->draft_device != "device")
+    return fail(absl::StrCat("--draft-device must be cpu or device, not '", o->draft_device, "'"));
+  if (!o->draft_device.empty() && o->speculative != "draft")
+    return fail(absl::StrCat("--draft-device is used by --speculative draft only (this is "
+                             "--speculative ", o->speculative, ")"));
   if (o->spec_tokens < 1 || o->spec_tokens > 64) return fail("--spec-tokens must be in [1, 64]");
   if (o->spec_max_batch < 0) return fail("--spec-max-batch must be at least 1 (or 0: by mode)");
   if (o->spec_max_batch == 0)

@@ -55,6 +55,7 @@ struct WorkerOptions {
   int32_t spec_max_batch = 0;  // 0 on the command line: by mode (worker_options.cpp)
   double spec_token_cost = 0;  // 0: measured (SpecOptions::token_cost)
   std::string draft_model;  // --speculative draft: the draft model's folder (or config .json)
+  std::string draft_device;  // "" | cpu: rank 0's CPU; device: rank 0's --device (its GPU)
   // on | off: decode steps as captured graphs (runtime/model/decode_graphs.h); "" = the default:
   // on where the backend has graphs (cuda, devsim), off on the CPU, where "on" is refused.
   std::string cuda_graphs;

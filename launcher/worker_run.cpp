@@ -26,6 +26,7 @@
 #include "launcher/lora_setup.h"
 #include "launcher/model_setup.h"
 #include "launcher/perplexity.h"
+#include "runtime/model/capacity_plan.h"
 #include "parallel/group_abort.h"
 #ifndef LTM_GPU_ONLY  // the GPU-only build (cmake/gpu_only.cmake) has no front doors
 #include "runtime/serve/auth.h"
@@ -60,15 +61,24 @@ SpecOptions spec_options(const WorkerOptions& o, std::shared_ptr<Proposer> draft
   return spec;
 }
 
-// --speculative draft: the draft model, on rank 0's CPU (runtime/spec/draft_model.h).
+// --speculative draft: the draft model, on rank 0's CPU or (--draft-device device) on its
+// --device: its GPU, or the emulated device (runtime/spec/draft_model.h).
 absl::StatusOr<std::shared_ptr<Proposer>> load_draft(const WorkerOptions& o, const RankSetup& rs) {
   DraftModelOptions d;
   d.dir = o.draft_model;
   d.target_vocab = rs.model->config().vocab_size;
   d.threads = rs.threads;
+  if (o.draft_device == "device" && o.device == "cuda") {
+    const int gpu = rs.device_index;
+    d.make_backend = [gpu](std::string* error) { return make_cuda_backend(gpu, error); };
+  } else if (o.draft_device == "device" && o.device == "devsim") {
+    const int threads = rs.threads;
+    d.make_backend = [threads](std::string*) { return make_devsim_backend(threads); };
+  }
   d.block_size = o.block_size;
-  // The sequences that speculate at once, and one more (a state dropped is recomputed).
-  d.max_sequences = std::min(o.spec_max_batch, o.max_running) + 1;
+  // The sequences that speculate at once, and one more (a state dropped is recomputed): as
+  // ltm-plan and the reservation on a GPU count them.
+  d.max_sequences = draft_max_sequences(o.spec_max_batch, o.max_running);
   d.init_seed = o.init_seed;
   d.init_std = o.init_std;
   LTM_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelProposer> p, DraftModelProposer::load(d));

@@ -1,5 +1,6 @@
 #include "runtime/backend/devsim_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,14 @@ DevsimBackend::DevsimBackend(int n_threads)
     : inner_(make_cpu_backend(n_threads)), state_(std::make_shared<State>()) {}
 
 DevsimBackend::~DevsimBackend() { synchronize(); }
+
+int64_t DevsimBackend::device_memory_bytes() const {
+  static const int64_t mb = [] {
+    const char* e = std::getenv("LTM_DEVSIM_MEMORY_MB");
+    return e != nullptr ? std::max<int64_t>(0, std::strtoll(e, nullptr, 10)) : int64_t{0};
+  }();
+  return mb << 20;
+}
 
 std::string DevsimBackend::describe() const {
   return absl::StrCat("devsim (emulated device over ", inner_->describe(), ")");

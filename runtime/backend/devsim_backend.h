@@ -20,6 +20,10 @@
 //   - a bound on what comes back: with LTM_DEVSIM_MAX_COPY_BACK=N in the environment, a
 //     copy_to_host of more than N bytes aborts naming its size (tests prove a step copies back
 //     ids or candidates, not logits);
+//   - the size of a GPU's memory: with LTM_DEVSIM_MEMORY_MB=N, device_memory_bytes() is N MiB,
+//     so that a server sizes its KV cache as on a GPU (what weights, activations, graphs, the
+//     runtime and a draft model on the device leave; kv_cache.h). Nothing bounds the buffers
+//     themselves: they are host memory. Unset: 0, a CPU's fixed default budget;
 //   - graphs (capture/replay, as CUDA graphs): capture() runs the ops once as usual, then
 //     records them instead of queueing them (each op's closure holds the pointers and host
 //     scalars it was given, as a CUDA graph's nodes do) together with every device pointer they
@@ -72,6 +76,7 @@ class DevsimBackend final : public Backend {
   DeviceBuffer alloc_zeroed(size_t bytes) override;
   DeviceBuffer upload(const void* host, size_t bytes, bool host_outlives) override;
   bool supports(Precision w, Precision kv) const override { return inner_->supports(w, kv); }
+  int64_t device_memory_bytes() const override;
   bool supports_head_dim(int64_t head_dim, int64_t* max_head_dim) const override {
     return inner_->supports_head_dim(head_dim, max_head_dim);
   }

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "parallel/partition.h"
+#include "runtime/model/checkpoint.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/load_guard.h"
 #include "runtime/model/model.h"
@@ -189,6 +191,26 @@ DraftMemory draft_memory(const ModelConfig& c, Precision weights, int32_t block_
   return m;
 }
 
+absl::StatusOr<Precision> draft_weight_precision(const std::string& dir, const ModelConfig& c) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return Precision::kF32;
+  absl::StatusOr<Checkpoint> ckpt = Checkpoint::open(dir);
+  if (!ckpt.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft-model ", dir, ": ", ckpt.status().message()));
+  const DType dt = ckpt->dtype(c.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
+  if (dt == DType::kBF16) return Precision::kBF16;
+  if (dt == DType::kF16) return Precision::kF16;
+  return Precision::kF32;
+}
+
+int64_t draft_device_bytes(const ModelConfig& c, const DraftMemory& m) {
+  const int64_t rows = static_cast<int64_t>(std::max(1, m.max_sequences)) * c.n_positions;
+  return m.total_bytes() +
+         gpu_activation_bytes(c.n_embd, c.n_inner, c.vocab_size, 1, rows, m.max_sequences) +
+         kGpuDraftRuntimeBytes;
+}
+
 absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   const ModelConfig& c = in.config;
   const DeviceSpec& dev = in.device;
@@ -231,10 +253,14 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     plan.has_draft = true;
     plan.draft = draft_memory(in.draft_config, in.draft_weights, in.block_size,
                               draft_max_sequences(in.spec_max_batch, in.max_running));
-    plan.draft_counted = dev.shared_by_ranks;
+    const bool on_gpu = !dev.shared_by_ranks && in.draft_on_device;
+    if (on_gpu) plan.draft.device_extra_bytes = draft_device_bytes(in.draft_config, plan.draft) -
+                                                plan.draft.total_bytes();
+    plan.draft_counted = dev.shared_by_ranks || on_gpu;
   }
   // What rank 0 holds besides its stage, against its share of memory.
-  const int64_t rank0_extra = plan.draft_counted ? plan.draft.total_bytes() : 0;
+  const int64_t rank0_extra =
+      plan.draft_counted ? plan.draft.total_bytes() + plan.draft.device_extra_bytes : 0;
 
   for (int tp = 1; tp <= W; ++tp) {
     if (W % tp != 0) continue;
@@ -283,6 +309,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
             gpu_int8_scratch_bytes(d, c.n_inner, parallel::padded_vocab(V, tp), tp);
       sizing.graph_bytes = kGpuGraphBytes;
       sizing.overhead_bytes = dev.overhead_bytes;
+      sizing.draft_bytes = rank0_extra;  // the worker reserves the draft's bytes on every rank
     }
     const absl::StatusOr<int32_t> blocks = plan_kv_blocks(sizing);
     if (blocks.ok()) {
@@ -328,7 +355,9 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       const int64_t kv_at_load = in.kv_resident && dev.shared_by_ranks ? stage_kv : 0;
       sp.resident_at_load_bytes = wb + extra_weights + kv_at_load + dev.overhead_bytes;
       if (s == 0)
-        lp.rank0_bytes = wb + stage_kv + (plan.has_draft ? plan.draft.total_bytes() : 0);
+        lp.rank0_bytes = wb + stage_kv +
+                         (plan.has_draft ? plan.draft.total_bytes() + plan.draft.device_extra_bytes
+                                         : 0);
       lp.weight_bytes_per_rank = std::max(lp.weight_bytes_per_rank, wb);
       lp.kv_bytes_per_token = std::max(lp.kv_bytes_per_token, w.kv_per_token);
       lp.worker_kv_bytes = std::max(lp.worker_kv_bytes, stage_kv);
@@ -439,13 +468,17 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
         pushed > 0
             ? absl::StrFormat(
                   "no layout fits with the draft model: rank 0 also holds --draft-model's %s "
-                  "(weights %s + KV cache %s for %d sequences), and that is what pushes it over "
-                  "its %s in %d of the layouts, which fit without it; use a smaller draft, a "
-                  "lower --spec-max-batch, more ranks or --speculative ngram",
-                  human_bytes(plan.draft.total_bytes()), human_bytes(plan.draft.weight_bytes),
+                  "(weights %s + KV cache %s for %d sequences%s), and that is what pushes it "
+                  "over its %s in %d of the layouts, which fit without it; use a smaller draft, "
+                  "a lower --spec-max-batch, more ranks%s or --speculative ngram",
+                  human_bytes(rank0_extra), human_bytes(plan.draft.weight_bytes),
                   human_bytes(plan.draft.kv_bytes), plan.draft.max_sequences,
+                  plan.draft.device_extra_bytes > 0
+                      ? absl::StrCat(" + activations and workspaces ",
+                                     human_bytes(plan.draft.device_extra_bytes))
+                      : std::string(),
                   human_bytes(static_cast<double>(dev.memory_bytes) * dev.usable_fraction / share),
-                  pushed)
+                  pushed, plan.draft.device_extra_bytes > 0 ? ", --draft-device cpu" : "")
         : least < 0 ? "no valid layout for this world size (see each layout's reason)"
                   : absl::StrFormat(
                         "no layout fits: the smallest share of the weights is %.2f GiB per rank, "
@@ -510,11 +543,16 @@ std::string plan_text(const Plan& p) {
   if (p.has_draft) {
     const DraftMemory& dm = p.draft;
     absl::StrAppendFormat(
-        &s, "draft model (--speculative draft, on rank 0's CPU): %lld parameters, weights %s %s, "
-            "KV cache %s %s (%d blocks of %d tokens: a full context for %d sequences), %s in all; %s\n",
+        &s, "draft model (--speculative draft, on rank 0's %s): %lld parameters, weights %s %s, "
+            "KV cache %s %s (%d blocks of %d tokens: a full context for %d sequences), %s in all%s; %s\n",
+        dm.device_extra_bytes > 0 ? "GPU" : "CPU",
         static_cast<long long>(dm.parameters), human_bytes(dm.weight_bytes),
         precision_name(dm.weights), human_bytes(dm.kv_bytes), precision_name(dm.kv), dm.kv_blocks,
         in.block_size, dm.max_sequences, human_bytes(dm.total_bytes()),
+        dm.device_extra_bytes > 0
+            ? absl::StrCat(" and ", human_bytes(dm.device_extra_bytes),
+                           " of activations and workspaces")
+            : std::string(),
         p.draft_counted ? "counted in rank 0's memory below"
                         : "held in rank 0's host memory, not on the GPU (not counted against it)");
   }
@@ -528,7 +566,9 @@ std::string plan_text(const Plan& p) {
     absl::StrAppend(&s, l.fits ? "" : "  DOES NOT FIT",
                     l.draft_pushes_over
                         ? absl::StrCat(" (the draft model is what pushes rank 0 over: ",
-                                       human_bytes(p.draft.total_bytes()), " more)")
+                                       human_bytes(p.draft.total_bytes() +
+                                                   p.draft.device_extra_bytes),
+                                       " more)")
                         : "",
                     "\n");
     std::string stages;
@@ -548,11 +588,15 @@ std::string plan_text(const Plan& p) {
                               : "",
                           gib(l.resident_bytes));
     if (p.has_draft)
-      absl::StrAppendFormat(&s, "  rank 0 in all      %s: weights %s + KV %s + draft %s (weights %s + KV %s)%s\n",
+      absl::StrAppendFormat(&s, "  rank 0 in all      %s: weights %s + KV %s + draft %s (weights %s + KV %s%s)%s\n",
                             human_bytes(l.rank0_bytes), human_bytes(l.stages[0].weight_bytes),
                             human_bytes(l.stages[0].worker_kv_bytes),
-                            human_bytes(p.draft.total_bytes()), human_bytes(p.draft.weight_bytes),
-                            human_bytes(p.draft.kv_bytes),
+                            human_bytes(p.draft.total_bytes() + p.draft.device_extra_bytes),
+                            human_bytes(p.draft.weight_bytes), human_bytes(p.draft.kv_bytes),
+                            p.draft.device_extra_bytes > 0
+                                ? absl::StrCat(" + activations and workspaces ",
+                                               human_bytes(p.draft.device_extra_bytes))
+                                : std::string(),
                             p.draft_counted ? "" : "; the draft in host memory");
     absl::StrAppendFormat(&s, "  FLOPs/token/rank   %.4g\n", l.flops_per_token);
     absl::StrAppendFormat(&s, "  all-reduces/block  2 x %s per token; %s in and out per rank%s\n",
@@ -648,6 +692,8 @@ std::string plan_json(const Plan& p) {
                     {"kv_blocks", p.draft.kv_blocks},
                     {"kv_bytes", p.draft.kv_bytes},
                     {"max_sequences", p.draft.max_sequences},
+                    {"device_extra_bytes", p.draft.device_extra_bytes},
+                    {"on_device", p.draft.device_extra_bytes > 0},
                     {"counted_against_rank0_memory", p.draft_counted}};
   return out.dump();
 }

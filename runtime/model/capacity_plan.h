@@ -54,9 +54,10 @@ const std::vector<DeviceSpec>& builtin_devices();
 std::optional<DeviceSpec> find_device(const std::string& name);
 
 // --speculative draft: the draft model rank 0 holds beside its share of the target, on its CPU
-// (runtime/spec/draft_model.h): its weights, whole, and a paged KV cache of its own with a full
-// context for each of max_sequences sequences. DraftModelProposer::load sizes itself with
-// draft_memory, so the plan and the worker's memory report agree by construction.
+// or (--draft-device device) on its GPU (runtime/spec/draft_model.h): its weights, whole, and a
+// paged KV cache of its own with a full context for each of max_sequences sequences.
+// DraftModelProposer::load sizes itself with draft_memory, so the plan and the worker's memory
+// report agree by construction.
 struct DraftMemory {
   Precision weights = Precision::kF32;  // the checkpoint's 16-bit type, else f32
   Precision kv = Precision::kF32;       // f32 with f32 weights, else fp16 (as the target's default)
@@ -65,6 +66,9 @@ struct DraftMemory {
   int32_t max_sequences = 0;
   int32_t kv_blocks = 0;
   int64_t kv_bytes = 0;
+  // On a GPU (--draft-device device, draft_device_bytes): its activations and its backend's
+  // workspaces too. 0 on a CPU.
+  int64_t device_extra_bytes = 0;
   int64_t total_bytes() const { return weight_bytes + kv_bytes; }
 };
 // The sequences whose draft K/V rank 0 keeps at once: those that speculate at once
@@ -72,6 +76,18 @@ struct DraftMemory {
 int32_t draft_max_sequences(int32_t spec_max_batch, int32_t max_running);
 DraftMemory draft_memory(const ModelConfig& draft, Precision weights, int32_t block_size,
                          int32_t max_sequences);
+// The draft's weight type as DraftModelProposer::load picks it: a checkpoint folder's 16-bit
+// type (of its token embedding), else f32 (a config .json: random f32 weights). InvalidArgument
+// naming --draft-model when the folder's checkpoint cannot be read.
+absl::StatusOr<Precision> draft_weight_precision(const std::string& dir, const ModelConfig& draft);
+// What the draft's own backend on a GPU holds besides weights and KV cache: cuBLAS(Lt)
+// workspaces and scratch (the CUDA context is the process's, counted in kGpuRuntimeBytes).
+inline constexpr int64_t kGpuDraftRuntimeBytes = int64_t{256} << 20;
+// The draft's bytes on rank 0's GPU (--draft-device device): m.total_bytes(), the activations of
+// a pass over every kept sequence's whole context (a sequence's first pass runs its prompt
+// whole) and kGpuDraftRuntimeBytes. The worker reserves them before it sizes the target's KV
+// cache (KvSizing::draft_bytes), and ltm-plan counts them against rank 0's memory.
+int64_t draft_device_bytes(const ModelConfig& draft, const DraftMemory& m);
 
 struct PlanInput {
   ModelConfig config;
@@ -96,11 +112,14 @@ struct PlanInput {
   int max_running = 64;
   // --speculative draft --draft-model DIR: rank 0 also holds the draft (draft_memory with
   // draft_weights and draft_max_sequences(spec_max_batch, max_running), block_size). On a device
-  // shared by the ranks (cpu) it counts against rank 0's share of memory; on a GPU it lives in
-  // rank 0's host memory (the draft runs on the CPU) and is reported, not counted against the GPU.
+  // shared by the ranks (cpu) it counts against rank 0's share of memory; on a GPU, with
+  // draft_on_device (--draft-device device), against rank 0's GPU (draft_device_bytes, reserved
+  // before the KV cache as the worker does), else it lives in rank 0's host memory (the draft runs
+  // on the CPU) and is reported, not counted against the GPU.
   bool draft = false;
   ModelConfig draft_config;
   Precision draft_weights = Precision::kF32;
+  bool draft_on_device = false;
   int spec_max_batch = 4;
 };
 

@@ -49,7 +49,7 @@ int64_t gpu_int8_scratch_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_pa
 
 int64_t gpu_kv_budget_bytes(const KvSizing& z) {
   const int64_t left = z.device_memory_bytes - z.weight_bytes - z.activation_bytes -
-                       z.graph_bytes - z.overhead_bytes;
+                       z.graph_bytes - z.overhead_bytes - z.draft_bytes;
   return left > 0 ? static_cast<int64_t>(static_cast<double>(left) * z.gpu_memory_fraction) : 0;
 }
 
@@ -68,7 +68,10 @@ absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& z) {
             z.gpu_memory_fraction, " x (", z.device_memory_bytes >> 20,
             " MiB of device memory - weights ", z.weight_bytes >> 20, " MiB - activations ",
             z.activation_bytes >> 20, " MiB - graphs ", z.graph_bytes >> 20, " MiB - runtime ",
-            z.overhead_bytes >> 20, " MiB) leaves ", budget_bytes >> 20, " MiB"));
+            z.overhead_bytes >> 20, " MiB",
+            z.draft_bytes > 0 ? absl::StrCat(" - the draft model ", z.draft_bytes >> 20, " MiB")
+                              : std::string(),
+            ") leaves ", budget_bytes >> 20, " MiB"));
     } else {
       budget_bytes = int64_t{1024} << 20;
     }

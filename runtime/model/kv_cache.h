@@ -73,6 +73,9 @@ struct KvSizing {
   int64_t activation_bytes = 0;     // gpu_activation_bytes
   int64_t graph_bytes = 0;          // kGpuGraphBytes
   int64_t overhead_bytes = 0;       // kGpuRuntimeBytes
+  // Rank 0's draft model on its GPU (--draft-device device, capacity_plan.h's
+  // draft_device_bytes), taken off every rank's budget: the ranks hold the same blocks.
+  int64_t draft_bytes = 0;
 };
 
 // What a GPU rank holds besides weights and KV cache, as both the worker and the plan count it:
@@ -95,7 +98,7 @@ int64_t gpu_activation_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padd
 // max(3 d^2, 2 d d_ff, vocab d) / tp elements (QKV, a SwiGLU's fused gate and up, the head).
 int64_t gpu_int8_scratch_bytes(int64_t n_embd, int64_t n_inner, int64_t vocab_padded, int tp);
 
-// fraction x (device memory - weights - activations - graphs - runtime), at least 0.
+// fraction x (device memory - weights - activations - graphs - runtime - draft), at least 0.
 int64_t gpu_kv_budget_bytes(const KvSizing& sizing);
 
 absl::StatusOr<int32_t> plan_kv_blocks(const KvSizing& sizing);

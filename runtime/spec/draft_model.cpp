@@ -44,16 +44,24 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   std::unique_ptr<DraftModelProposer> p(new DraftModelProposer());
   p->dir_ = o.dir;
   p->block_size_ = std::max(1, o.block_size);
-  p->backend_ = make_cpu_backend(o.threads);
+  if (o.make_backend) {
+    std::string error;
+    p->backend_ = o.make_backend(&error);
+    if (p->backend_ == nullptr)
+      return absl::FailedPreconditionError(
+          absl::StrCat("--draft-model ", o.dir, ": its backend (--draft-device): ", error));
+  } else {
+    p->backend_ = make_cpu_backend(o.threads);
+  }
   p->comm_ = std::make_unique<parallel::SoloCommunicator>("draft");
   std::unique_ptr<WeightSource> source;
   ModelOptions mopts;
   if (folder) {
+    absl::StatusOr<Precision> weights = draft_weight_precision(o.dir, *config);
+    if (!weights.ok()) return weights.status();
+    mopts.weights = *weights;
     absl::StatusOr<Checkpoint> ckpt = Checkpoint::open(o.dir);
     if (!ckpt.ok()) return flag_error(o.dir, ckpt.status());
-    const DType dt = ckpt->dtype(config->is_llama() ? "model.embed_tokens.weight" : "wte.weight");
-    if (dt == DType::kBF16) mopts.weights = Precision::kBF16;
-    if (dt == DType::kF16) mopts.weights = Precision::kF16;
     source = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(*ckpt)), o.dir);
   } else {
     source = make_random_source(*config, o.init_seed, o.init_std);
@@ -100,9 +108,9 @@ int64_t DraftModelProposer::kv_bytes() const {
 std::string DraftModelProposer::describe() const {
   const ModelConfig& c = config();
   const int64_t kv = kv_bytes();
-  return absl::StrFormat("%s (%d layers, n_embd %d, %s weights, KV cache %.1f MiB %s)", dir_,
+  return absl::StrFormat("%s (%d layers, n_embd %d, %s weights, KV cache %.1f MiB %s) on %s", dir_,
                          c.n_layer, c.n_embd, precision_name(model_->weight_precision()),
-                         kv / 1048576.0, precision_name(kv_precision_));
+                         kv / 1048576.0, precision_name(kv_precision_), backend_->describe());
 }
 
 void DraftModelProposer::drop(std::map<uint64_t, Seq>::iterator it) {

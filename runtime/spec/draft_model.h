@@ -3,8 +3,11 @@
 // lookup's) and sampled from its own distribution q at temperature > 0 (verified by the rule for
 // a sampled q, runtime/spec/sampled_drafts.h), and the target verifies them
 // (runtime/sched/scheduler_spec.cpp). It runs on rank 0 alone, in the scheduler's
-// process and thread, on a CPU backend of its own with its own paged KV cache, whatever the
-// target's layout (tp x pp, CPU or CUDA).
+// process and thread, on a backend of its own with its own paged KV cache, whatever the
+// target's layout (tp x pp, CPU or CUDA): rank 0's CPU by default, or (--draft-device device)
+// rank 0's device, its GPU with --device cuda, where a draft pass costs a fraction of what it
+// costs on the host cores beside it; the worker then reserves the draft's device memory before
+// it sizes the target's KV cache (capacity_plan.h, draft_device_bytes).
 //
 // A greedy draft is a deterministic proposal (a function of the tokens so far), so accepting a
 // draft iff the target's sampled row equals it keeps the target's distribution exactly
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -43,6 +47,10 @@ struct DraftModelOptions {
   std::string dir;            // --draft-model: an HF folder, or a config .json (random weights)
   int64_t target_vocab = 0;   // the target's vocab_size: the draft's must be the same
   int threads = 1;            // of the draft's CPU backend
+  // The draft's backend: empty for a CPU backend of `threads` threads; else called once by load()
+  // (null with *error set: it could not be made). The worker's --draft-device device gives rank
+  // 0's device (its GPU, or the emulated device).
+  std::function<std::unique_ptr<Backend>(std::string* error)> make_backend;
   int32_t block_size = 16;
   int32_t max_sequences = 8;  // sequences whose draft K/V is kept at once (a full context each)
   uint64_t init_seed = 1;     // a config .json: its random weights

@@ -16,6 +16,9 @@ greedy steps: the same tokens; each step's logits within TOL_REL x that step's l
 of the fp32 ones (bf16 keeps 8 significant bits; 4 layers of bf16 activations with fp32
 accumulation stay well inside 3%); the fp32 run's smallest top-2 margin above twice that bound
 (else the checkpoint could not tell a wrong token from rounding, and the step fails).
+Then the draft model on the device (--speculative draft --draft-device device, the GPT-2
+checkpoint its own draft): its greedy tokens must be the device run's without speculation, its
+drafts proposed and accepted, and the log must name the device it ran on.
 Prints "result: ..." (scripts/gpu_check's detail) and exits 1 on any failure.
 """
 import json
@@ -81,16 +84,18 @@ def make_qwen2_model(path):
     ck.write_model_files(path, records)
 
 
-def run(worker, model, device, dtype, logits_path):
+def run(worker, model, device, dtype, logits_path, extra=(), full=False):
     cmd = [worker, "--model", model, "--device", device, "--weight-dtype", dtype,
            "--kv-dtype", dtype, "--prompt-ids", ",".join(map(str, PROMPT)),
-           "--max-new-tokens", str(STEPS), "--temperature", "0", "--output", "json",
-           "--dump-logits", logits_path]
+           "--max-new-tokens", str(STEPS), "--temperature", "0", "--output", "json", *extra]
+    if logits_path:
+        cmd += ["--dump-logits", logits_path]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     sys.stdout.write(p.stderr[-2000:])
     if p.returncode != 0:
         raise RuntimeError(f"{device} run failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])["generated_ids"]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    return (out, p.stderr) if full else out["generated_ids"]
 
 
 def logit_gap(ref, got, vocab, steps):
@@ -142,12 +147,43 @@ def check(worker, out, name, make, device):
     return problems
 
 
+def check_draft(worker, out, device):
+    """The GPT-2 checkpoint (made by check) as its own draft on the device: the tokens of the
+    device run without speculation, drafts proposed and accepted, run where the log says."""
+    model = os.path.join(out, "gpt2")
+    try:
+        want = run(worker, model, device, "bf16", None)
+        got, log = run(worker, model, device, "bf16", None,
+                       ["--speculative", "draft", "--draft-model", model, "--draft-device",
+                        "device", "--spec-token-cost", "0.01"], full=True)
+    except Exception as e:  # noqa: BLE001 - every failure is this step's result
+        print(f"result: draft on the device: {e}")
+        return [str(e)]
+    spec = got["speculative"]
+    where = next((line.split(") on ", 1)[1] for line in log.splitlines()
+                  if "draft model (--speculative draft): " in line and ") on " in line), "?")
+    problems = []
+    if got["generated_ids"] != want:
+        problems.append("tokens differ from the run without speculation")
+    if not 0 < spec["accepted_tokens"] <= spec["proposed_tokens"]:
+        problems.append(f"drafts {spec}")
+    if not where.startswith(device):
+        problems.append(f"the draft ran on {where}, not on {device}")
+    print(f"result: draft on the device: {STEPS} greedy tokens "
+          f"{'identical' if got['generated_ids'] == want else 'DIFFERENT'}; "
+          f"{spec['accepted_tokens']} of {spec['proposed_tokens']} drafts accepted; on "
+          f"{where[:60]}" + ("; " + "; ".join(problems) if problems else ""))
+    return problems
+
+
 def main():
     worker, out = sys.argv[1], sys.argv[2]
     device = sys.argv[3] if len(sys.argv) > 3 else "cuda"
     os.makedirs(out, exist_ok=True)
     failed = [name for name, make in (("gpt2", make_model), ("qwen2", make_qwen2_model))
               if check(worker, out, name, make, device)]
+    if "gpt2" not in failed and check_draft(worker, out, device):
+        failed.append("draft on the device")
     if failed:
         print(f"result: failed: {', '.join(failed)}")
     return 1 if failed else 0

@@ -406,6 +406,38 @@ TEST(CapacityPlan, DraftModelIsCountedOnRankZero) {
   EXPECT_EQ(layout(g, 2, 1).rank0_bytes, layout(g0, 2, 1).rank0_bytes + draft);
   EXPECT_NE(plan_text(g).find("not on the GPU"), std::string::npos);
 
+  // --draft-device device: on the GPU, counted against rank 0's memory: its weights, KV cache,
+  // activations and workspaces (draft_device_bytes), reserved before the KV cache of every
+  // rank as the worker does (the ranks hold the same blocks).
+  gpu.draft = true;
+  gpu.draft_on_device = true;
+  const Plan gd = *make_plan(gpu);
+  EXPECT_TRUE(gd.draft_counted);
+  const int64_t on_gpu = draft_device_bytes(gpu.draft_config, gd.draft);
+  EXPECT_EQ(gd.draft.device_extra_bytes, on_gpu - draft);
+  EXPECT_GT(gd.draft.device_extra_bytes, kGpuDraftRuntimeBytes);  // and the activations
+  {
+    const LayoutPlan& a = layout(g0, 2, 1);
+    const LayoutPlan& b = layout(gd, 2, 1);
+    EXPECT_EQ(b.rank0_bytes, b.stages[0].weight_bytes + b.stages[0].worker_kv_bytes + on_gpu);
+    const double per_block = static_cast<double>(a.worker_kv_bytes) / a.worker_kv_blocks;
+    EXPECT_NEAR(static_cast<double>(a.worker_kv_blocks - b.worker_kv_blocks),
+                in.gpu_memory_fraction * on_gpu / per_block, 1.0);
+    EXPECT_LT(b.kv_tokens_fit, a.kv_tokens_fit);
+  }
+  const std::string gtext = plan_text(gd);
+  EXPECT_NE(gtext.find("on rank 0's GPU"), std::string::npos) << gtext;
+  EXPECT_NE(gtext.find("of activations and workspaces"), std::string::npos) << gtext;
+  const nlohmann::json gj = nlohmann::json::parse(plan_json(gd));
+  EXPECT_TRUE(gj["draft"]["on_device"].get<bool>());
+  EXPECT_EQ(gj["draft"]["device_extra_bytes"].get<int64_t>(), gd.draft.device_extra_bytes);
+  // On the CPU the draft counts against rank 0's memory either way, with nothing more.
+  PlanInput cpu_device = in;
+  cpu_device.draft_on_device = true;
+  const Plan c = *make_plan(cpu_device);
+  EXPECT_EQ(c.draft.device_extra_bytes, 0);
+  EXPECT_EQ(layout(c, 2, 1).rank0_bytes, layout(p, 2, 1).rank0_bytes);
+
   // A draft of another vocabulary is refused.
   PlanInput other = in;
   other.draft_config.vocab_size = 4096;

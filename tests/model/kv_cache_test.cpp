@@ -111,6 +111,26 @@ TEST(PlanKvBlocks, AGpuWithoutRoomForOneContextIsRefusedWithTheNumbers) {
   EXPECT_NE(n.status().message().find("weights 500 MiB"), std::string::npos) << n.status();
 }
 
+// --draft-device device: rank 0's draft model on the GPU comes off the budget (of every rank:
+// they hold the same blocks), and a draft that leaves no room for one context is named.
+TEST(PlanKvBlocks, ADraftOnTheGpuIsTakenOffTheBudget) {
+  const KvSizing z = gpt2_small_on_gpu(int64_t{24} << 30, 0.9);
+  KvSizing with = z;
+  with.draft_bytes = int64_t{1} << 30;
+  EXPECT_NEAR(static_cast<double>(gpu_kv_budget_bytes(z) - gpu_kv_budget_bytes(with)),
+              0.9 * (int64_t{1} << 30), 1.0);
+  EXPECT_LT(*plan_kv_blocks(with), *plan_kv_blocks(z));
+  // 4 GiB: ~1.2 GiB left for the cache without the draft; a 1.2 GiB draft leaves no context.
+  KvSizing small = gpt2_small_on_gpu(int64_t{4} << 30, 0.9);
+  ASSERT_TRUE(plan_kv_blocks(small).ok());
+  small.draft_bytes = int64_t{1200} << 20;
+  auto n = plan_kv_blocks(small);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(n.status().message().find("the draft model 1200 MiB"), std::string::npos)
+      << n.status();
+}
+
 TEST(KvCache, StorageStartsZeroed) {
   auto backend = make_cpu_backend(1);
   KvCache cache(*backend, 2, 3, 8, 4, 5);

@@ -166,6 +166,16 @@ def test_plan_counts_the_draft_model_as_the_worker_holds_it(tmp_path):
     assert p.returncode == 2 and "needs --draft-model" in p.stderr, p.stderr
     p = plan("--model", KJV, "--device", "cpu", *spec[:2], "--draft-model", MODEL, check=False)
     assert p.returncode == 2 and "tokenizer" in p.stderr, p.stderr
+    # On a GPU: in rank 0's host memory by default; --draft-device device counts it against the
+    # GPU with its activations and workspaces (as the worker reserves it there).
+    gpu = ["--model", KJV, "--device", "h100-sxm", "--weight-dtype", "fp16", "--json", *spec]
+    host = json.loads(plan(*gpu).stdout)["draft"]
+    dev = json.loads(plan(*gpu, "--draft-device", "device").stdout)["draft"]
+    assert not host["counted_against_rank0_memory"] and not host["on_device"], host
+    assert dev["counted_against_rank0_memory"] and dev["on_device"], dev
+    assert dev["device_extra_bytes"] > 0 and dev["kv_bytes"] == host["kv_bytes"], dev
+    p = plan(*gpu, "--draft-device", "gpu", check=False)
+    assert p.returncode == 2 and "--draft-device must be cpu or device" in p.stderr, p.stderr
 
 
 def test_a_plan_that_the_draft_pushes_over_says_so(tmp_path):

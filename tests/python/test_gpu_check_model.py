@@ -2,7 +2,8 @@
 device (`--device devsim`) its two checkpoints (GPT-2, and Qwen2 for the Llama family) pass, and
 the Qwen2 one can tell a wrong rotary embedding from bf16 rounding (a checkpoint whose attention
 were nearly uniform would not: any rotation leaves uniform scores as they are), so the step's
-pass on a GPU means RoPE and the KV heads' mapping are right there."""
+pass on a GPU means RoPE and the KV heads' mapping are right there; the draft model on the device
+(--draft-device device) gives the tokens of the run without speculation."""
 import importlib.util
 import json
 import os
@@ -28,9 +29,11 @@ def test_the_model_step_passes_on_the_emulated_device(tmp_path):
                        capture_output=True, text=True, timeout=300, env=env)
     results = [line for line in p.stdout.splitlines() if line.startswith("result:")]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert len(results) == 2, results
+    assert len(results) == 3, results
     assert results[0].startswith("result: gpt2: 32 greedy tokens identical"), results
     assert results[1].startswith("result: qwen2: 32 greedy tokens identical"), results
+    assert results[2].startswith("result: draft on the device: 32 greedy tokens identical"), results
+    assert "; on devsim (emulated device" in results[2], results
 
 
 def test_the_qwen2_checkpoint_tells_a_wrong_rope_from_rounding(tmp_path):

@@ -4,7 +4,9 @@ repeats (so drafts are proposed, accepted and rejected), greedy and seeded sampl
 tp 2, pp 2 and tp 2 x pp 2 under mpirun; the one-shot JSON counts the drafts. The draft models:
 kjv-small itself (its greedy guesses are the target's: all accepted), its first block alone
 (ltm_testing.draft_models.truncated_copy: often accepted) and a random GPT-2 of its vocabulary
-(mostly rejected). Bad values of the flags are refused by name."""
+(mostly rejected). With --draft-device device on the emulated device (the path a GPU takes) the
+draft runs there too and the tokens are the same. Bad values of the flags are refused by name."""
+import json
 import os
 
 import pytest
@@ -95,6 +97,80 @@ def test_a_sampled_draft_is_reproducible_and_counted(drafts):
     assert other["generated_ids"] != first["generated_ids"]
 
 
+@pytest.mark.parametrize("draft", ["self", "first-block"])
+def test_a_draft_on_the_device_gives_the_tokens_of_off(drafts, draft):
+    """--draft-device device with --device devsim: rank 0's draft model runs on the emulated
+    device (its weights and KV cache in the device's memory, its passes queued on its stream, its
+    logits read back as a GPU's are), at one rank and tp 2: greedy, the tokens of off on the same
+    device; the log names the device the draft ran on."""
+    dev = ["--device", "devsim"]
+    base = run(1, 1, "off", *dev)
+    for tp, pp in LAYOUTS[:2]:
+        got = run(tp, pp, "draft", *dev, "--draft-model", drafts[draft], "--draft-device",
+                  "device", "--spec-token-cost", "0.01")
+        assert got["generated_ids"] == base["generated_ids"], (draft, tp, pp)
+        spec = got["speculative"]
+        print(f"{draft} on the device, tp={tp} pp={pp}: {spec}")
+        assert spec["proposed_tokens"] > 0 and spec["accepted_tokens"] > 0, spec
+        if draft == "self":
+            assert spec["accepted_tokens"] >= 0.9 * spec["proposed_tokens"], spec
+    p = run_worker(["--model", MODEL, "--prompt", PROMPT, "--max-new-tokens", "8", *dev,
+                    "--speculative", "draft", "--draft-model", drafts[draft], "--draft-device",
+                    "device"], timeout=300)
+    assert "draft model (--speculative draft): " in p.stderr, p.stderr
+    assert " on devsim (emulated device" in p.stderr, p.stderr
+    p = run_worker(["--model", MODEL, "--prompt", PROMPT, "--max-new-tokens", "8", *dev,
+                    "--speculative", "draft", "--draft-model", drafts[draft]], timeout=300)
+    assert " on cpu (" in p.stderr, p.stderr  # the default: rank 0's CPU
+
+
+def test_a_draft_on_a_gpu_takes_its_memory_before_the_kv_cache(drafts, monkeypatch):
+    """LTM_DEVSIM_MEMORY_MB gives the emulated device a GPU's memory, so that a server sizes its
+    KV cache as on a GPU (what weights, activations, graphs and the runtime leave: kv_cache.h).
+    With the draft on the device (--draft-device device) rank 0 reads the draft's shape and every
+    rank's cache shrinks by its bytes there (weights, KV cache, activations, workspaces), as
+    ltm-plan counts them on a GPU of that memory: the same blocks as the plan's, with the draft
+    on the CPU and on the device, at tp 2."""
+    import subprocess
+
+    from ltm_testing.server import Server
+
+    mib = 2800
+    monkeypatch.setenv("LTM_DEVSIM_MEMORY_MB", str(mib))
+    flags = ["--speculative", "draft", "--draft-model", drafts["first-block"]]
+    plan_bin = os.path.join(os.environ.get("LTM_BUILD_DIR", ""), "launcher", "ltm-plan")
+    blocks, planned = {}, {}
+    for where in ["cpu", "device"]:
+        with Server(MODEL, ranks=2, tp=2, pp=1,
+                    extra=["--device", "devsim", *flags, "--draft-device", where]) as srv:
+            blocks[where] = srv.client().model_info().kv_blocks_total
+        p = subprocess.run([plan_bin, "--model", MODEL, "--device", "h100-sxm", "--memory-gb",
+                            str(mib * 1048576 / 1e9), "--world-size", "2", "--weight-dtype",
+                            "fp16", "--json", *flags, "--draft-device", where],
+                           capture_output=True, text=True, timeout=60, check=True)
+        out = json.loads(p.stdout)
+        planned[where] = next(l for l in out["layouts"] if l["tp"] == 2)["worker_kv_blocks"]
+        if where == "device":
+            draft_bytes = out["draft"]["weight_bytes"] + out["draft"]["kv_bytes"] + \
+                out["draft"]["device_extra_bytes"]
+    per_block = 2 * 4 * 2 * 64 * 16 * 2  # K and V, 4 layers, 2 heads a rank, fp16
+    print(f"KV blocks: worker {blocks}, ltm-plan {planned}; the draft on the device "
+          f"{draft_bytes} B")
+    assert blocks == planned
+    assert abs((blocks["cpu"] - blocks["device"]) - 0.9 * draft_bytes / per_block) <= 1
+    # A draft whose config rank 0 cannot read: every rank stops with the reason (no rank left
+    # waiting in the exchange).
+    bad = os.path.join(os.path.dirname(drafts["first-block"]), "bad-config")
+    os.makedirs(bad, exist_ok=True)
+    with open(os.path.join(bad, "config.json"), "w", encoding="utf-8") as f:
+        json.dump({"model_type": "gpt2", "n_embd": 256}, f)
+    p = run_worker(["--model", MODEL, "--device", "devsim", "--tp", "2", "--threads", "1",
+                    "--listen", "127.0.0.1:0", "--speculative", "draft", "--draft-model", bad,
+                    "--draft-device", "device"], ranks=2, check=False, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert f"--draft-model {bad}: " in p.stderr and "vocab_size" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--speculative", "lookup"], "--speculative must be off, ngram or draft"),
     (["--speculative", "draft"], "--speculative draft needs --draft-model DIR"),
@@ -106,6 +182,10 @@ def test_a_sampled_draft_is_reproducible_and_counted(drafts):
     (["--speculative", "draft", "--draft-model",
       os.path.join(os.environ.get("LTM_SOURCE_DIR", ""), "configs", "gpt2-124m.json")],
      "has a vocabulary of 50257 tokens and the target (--model) one of 4096"),
+    (["--speculative", "draft", "--draft-model", MODEL, "--draft-device", "gpu"],
+     "--draft-device must be cpu or device, not 'gpu'"),
+    (["--speculative", "ngram", "--draft-device", "device"],
+     "--draft-device is used by --speculative draft only"),
     (["--speculative", "ngram", "--spec-tokens", "0"], "--spec-tokens must be in [1, 64]"),
     (["--speculative", "ngram", "--spec-max-batch", "-1"], "--spec-max-batch must be at least 1"),
     (["--speculative", "ngram", "--spec-token-cost", "-0.5"],

@@ -55,21 +55,26 @@ print(json.dumps(dict(c, measurement="prefill", tokens_per_s=0.7 * prefill_limit
 print(json.dumps(dict(c, measurement="decode", tokens_per_s=0.9 * decode_limit)))
 sys.exit($rc)
 PY
-  # ltm-worker: the same 32 tokens and logits (top-2 margin 10 of 20) on both devices.
+  # ltm-worker: the same 32 tokens and logits (top-2 margin 10 of 20) on both devices; with
+  # --speculative draft the same tokens, drafts accepted, and the draft's device in the log.
   cat > "$d/build/launcher/ltm-worker" <<PY
 #!$py
 import json, struct, sys
 a = sys.argv
-path = a[a.index("--dump-logits") + 1]
 rows, vocab = 32, 512
-vals = [[20.0 if j == (i * 7) % vocab else 10.0 * ((j * 13 + i) % 97) / 97 for j in range(vocab)]
-        for i in range(rows)]
-hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, vocab)
-hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
-with open(path, "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode("latin1"))
-    f.write(struct.pack("<%df" % (rows * vocab), *[x for r in vals for x in r]))
-print(json.dumps({"generated_ids": [(i * 7) % vocab for i in range(rows)]}))
+if "--dump-logits" in a:
+    vals = [[20.0 if j == (i * 7) % vocab else 10.0 * ((j * 13 + i) % 97) / 97
+             for j in range(vocab)] for i in range(rows)]
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, vocab)
+    hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+    with open(a[a.index("--dump-logits") + 1], "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode("latin1"))
+        f.write(struct.pack("<%df" % (rows * vocab), *[x for r in vals for x in r]))
+out = {"generated_ids": [(i * 7) % vocab for i in range(rows)]}
+if "--speculative" in a:
+    out["speculative"] = {"mode": "draft", "proposed_tokens": 25, "accepted_tokens": 25}
+    sys.stderr.write("[info] draft model (--speculative draft): stub (4 layers) on cuda:0 (Stub)\n")
+print(json.dumps(out))
 sys.exit($rc)
 PY
   # ncu: two forward steps (each an embedding kernel, then a 1 ms GEMM reading 3 GB) in Nsight
