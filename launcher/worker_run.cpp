@@ -237,6 +237,9 @@ int one_shot(const WorkerOptions& o, RankSetup& rs, const Tokenizer* tokenizer,
                    {"weight_dtype", precision_name(rs.model->weight_precision())},
                    {"kv_dtype", precision_name(rs.kv_precision)},
                    {"backend", rs.backend->describe()}};
+    // --speculative draft: where rank 0 runs the draft model (--draft-device).
+    if (const auto* d = dynamic_cast<const DraftModelProposer*>(draft_for_report.get()))
+      j["layout"]["draft_backend"] = d->backend_describe();
     j["bytes_read_per_rank"] = rs.bytes_read_per_rank;
     // Rank 0's decode graphs (--cuda-graphs): captured once per padded batch size, then replayed.
     j["decode_graphs"] = {{"captured", rs.engine->decode_graphs()},

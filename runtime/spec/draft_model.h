@@ -81,7 +81,8 @@ class DraftModelProposer final : public Proposer {
   int64_t kv_bytes() const;
   Precision weight_precision() const { return model_->weight_precision(); }
   Precision kv_precision() const { return kv_precision_; }
-  std::string describe() const;  // "DIR (4 layers, fp16 weights, 16 MiB KV cache)"
+  std::string describe() const;  // "DIR (4 layers, ..., KV cache 16.0 MiB fp16) on BACKEND"
+  std::string backend_describe() const { return backend_->describe(); }  // where it runs
   // Counters for tests and benchmarks.
   int32_t sequences() const { return static_cast<int32_t>(seqs_.size()); }
   int32_t blocks_free() const { return static_cast<int32_t>(free_blocks_.size()); }

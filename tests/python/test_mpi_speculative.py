@@ -109,6 +109,7 @@ def test_a_draft_on_the_device_gives_the_tokens_of_off(drafts, draft):
         got = run(tp, pp, "draft", *dev, "--draft-model", drafts[draft], "--draft-device",
                   "device", "--spec-token-cost", "0.01")
         assert got["generated_ids"] == base["generated_ids"], (draft, tp, pp)
+        assert got["layout"]["draft_backend"].startswith("devsim (emulated device"), got["layout"]
         spec = got["speculative"]
         print(f"{draft} on the device, tp={tp} pp={pp}: {spec}")
         assert spec["proposed_tokens"] > 0 and spec["accepted_tokens"] > 0, spec
