@@ -191,6 +191,13 @@ DraftMemory draft_memory(const ModelConfig& c, Precision weights, int32_t block_
   return m;
 }
 
+Precision draft_weight_precision(const Checkpoint& ckpt, const ModelConfig& c) {
+  const DType dt = ckpt.dtype(c.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
+  if (dt == DType::kBF16) return Precision::kBF16;
+  if (dt == DType::kF16) return Precision::kF16;
+  return Precision::kF32;
+}
+
 absl::StatusOr<Precision> draft_weight_precision(const std::string& dir, const ModelConfig& c) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return Precision::kF32;
@@ -198,17 +205,17 @@ absl::StatusOr<Precision> draft_weight_precision(const std::string& dir, const M
   if (!ckpt.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("--draft-model ", dir, ": ", ckpt.status().message()));
-  const DType dt = ckpt->dtype(c.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
-  if (dt == DType::kBF16) return Precision::kBF16;
-  if (dt == DType::kF16) return Precision::kF16;
-  return Precision::kF32;
+  return draft_weight_precision(*ckpt, c);
+}
+
+int64_t draft_device_extra_bytes(const ModelConfig& c, const DraftMemory& m) {
+  const int64_t rows = static_cast<int64_t>(std::max(1, m.max_sequences)) * c.n_positions;
+  return gpu_activation_bytes(c.n_embd, c.n_inner, c.vocab_size, 1, rows, m.max_sequences) +
+         kGpuDraftRuntimeBytes;
 }
 
 int64_t draft_device_bytes(const ModelConfig& c, const DraftMemory& m) {
-  const int64_t rows = static_cast<int64_t>(std::max(1, m.max_sequences)) * c.n_positions;
-  return m.total_bytes() +
-         gpu_activation_bytes(c.n_embd, c.n_inner, c.vocab_size, 1, rows, m.max_sequences) +
-         kGpuDraftRuntimeBytes;
+  return m.total_bytes() + draft_device_extra_bytes(c, m);
 }
 
 absl::StatusOr<Plan> make_plan(const PlanInput& in) {
@@ -254,13 +261,13 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     plan.draft = draft_memory(in.draft_config, in.draft_weights, in.block_size,
                               draft_max_sequences(in.spec_max_batch, in.max_running));
     const bool on_gpu = !dev.shared_by_ranks && in.draft_on_device;
-    if (on_gpu) plan.draft.device_extra_bytes = draft_device_bytes(in.draft_config, plan.draft) -
-                                                plan.draft.total_bytes();
+    if (on_gpu)
+      plan.draft.device_extra_bytes = draft_device_extra_bytes(in.draft_config, plan.draft);
     plan.draft_counted = dev.shared_by_ranks || on_gpu;
   }
   // What rank 0 holds besides its stage, against its share of memory.
   const int64_t rank0_extra =
-      plan.draft_counted ? plan.draft.total_bytes() + plan.draft.device_extra_bytes : 0;
+      plan.draft_counted ? plan.draft.held_bytes() : 0;
 
   for (int tp = 1; tp <= W; ++tp) {
     if (W % tp != 0) continue;
@@ -356,8 +363,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       sp.resident_at_load_bytes = wb + extra_weights + kv_at_load + dev.overhead_bytes;
       if (s == 0)
         lp.rank0_bytes = wb + stage_kv +
-                         (plan.has_draft ? plan.draft.total_bytes() + plan.draft.device_extra_bytes
-                                         : 0);
+                         (plan.has_draft ? plan.draft.held_bytes() : 0);
       lp.weight_bytes_per_rank = std::max(lp.weight_bytes_per_rank, wb);
       lp.kv_bytes_per_token = std::max(lp.kv_bytes_per_token, w.kv_per_token);
       lp.worker_kv_bytes = std::max(lp.worker_kv_bytes, stage_kv);
@@ -566,8 +572,7 @@ std::string plan_text(const Plan& p) {
     absl::StrAppend(&s, l.fits ? "" : "  DOES NOT FIT",
                     l.draft_pushes_over
                         ? absl::StrCat(" (the draft model is what pushes rank 0 over: ",
-                                       human_bytes(p.draft.total_bytes() +
-                                                   p.draft.device_extra_bytes),
+                                       human_bytes(p.draft.held_bytes()),
                                        " more)")
                         : "",
                     "\n");
@@ -591,7 +596,7 @@ std::string plan_text(const Plan& p) {
       absl::StrAppendFormat(&s, "  rank 0 in all      %s: weights %s + KV %s + draft %s (weights %s + KV %s%s)%s\n",
                             human_bytes(l.rank0_bytes), human_bytes(l.stages[0].weight_bytes),
                             human_bytes(l.stages[0].worker_kv_bytes),
-                            human_bytes(p.draft.total_bytes() + p.draft.device_extra_bytes),
+                            human_bytes(p.draft.held_bytes()),
                             human_bytes(p.draft.weight_bytes), human_bytes(p.draft.kv_bytes),
                             p.draft.device_extra_bytes > 0
                                 ? absl::StrCat(" + activations and workspaces ",

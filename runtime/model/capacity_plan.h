@@ -28,6 +28,8 @@
 
 namespace ltm {
 
+class Checkpoint;
+
 // One device kind. Per device (one GPU, or the whole host for "cpu"), except where noted.
 struct DeviceSpec {
   std::string name;
@@ -70,6 +72,7 @@ struct DraftMemory {
   // workspaces too. 0 on a CPU.
   int64_t device_extra_bytes = 0;
   int64_t total_bytes() const { return weight_bytes + kv_bytes; }
+  int64_t held_bytes() const { return total_bytes() + device_extra_bytes; }  // all it holds
 };
 // The sequences whose draft K/V rank 0 keeps at once: those that speculate at once
 // (--spec-max-batch, at most --max-running) and one more (a state dropped is recomputed).
@@ -80,6 +83,8 @@ DraftMemory draft_memory(const ModelConfig& draft, Precision weights, int32_t bl
 // type (of its token embedding), else f32 (a config .json: random f32 weights). InvalidArgument
 // naming --draft-model when the folder's checkpoint cannot be read.
 absl::StatusOr<Precision> draft_weight_precision(const std::string& dir, const ModelConfig& draft);
+// The same for a checkpoint already open (DraftModelProposer::load).
+Precision draft_weight_precision(const Checkpoint& ckpt, const ModelConfig& draft);
 // What the draft's own backend on a GPU holds besides weights and KV cache: cuBLAS(Lt)
 // workspaces and scratch (the CUDA context is the process's, counted in kGpuRuntimeBytes).
 inline constexpr int64_t kGpuDraftRuntimeBytes = int64_t{256} << 20;
@@ -88,6 +93,8 @@ inline constexpr int64_t kGpuDraftRuntimeBytes = int64_t{256} << 20;
 // whole) and kGpuDraftRuntimeBytes. The worker reserves them before it sizes the target's KV
 // cache (KvSizing::draft_bytes), and ltm-plan counts them against rank 0's memory.
 int64_t draft_device_bytes(const ModelConfig& draft, const DraftMemory& m);
+// draft_device_bytes less m.total_bytes(): the activations and workspaces alone.
+int64_t draft_device_extra_bytes(const ModelConfig& draft, const DraftMemory& m);
 
 struct PlanInput {
   ModelConfig config;

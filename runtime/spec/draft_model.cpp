@@ -57,11 +57,9 @@ absl::StatusOr<std::unique_ptr<DraftModelProposer>> DraftModelProposer::load(
   std::unique_ptr<WeightSource> source;
   ModelOptions mopts;
   if (folder) {
-    absl::StatusOr<Precision> weights = draft_weight_precision(o.dir, *config);
-    if (!weights.ok()) return weights.status();
-    mopts.weights = *weights;
     absl::StatusOr<Checkpoint> ckpt = Checkpoint::open(o.dir);
     if (!ckpt.ok()) return flag_error(o.dir, ckpt.status());
+    mopts.weights = draft_weight_precision(*ckpt, *config);
     source = make_checkpoint_source(std::make_shared<const Checkpoint>(std::move(*ckpt)), o.dir);
   } else {
     source = make_random_source(*config, o.init_seed, o.init_std);
