@@ -22,6 +22,7 @@
 #include "runtime/model/capacity_plan.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/step_input.h"
 #include "runtime/spec/proposer.h"
 
 namespace {
@@ -189,7 +190,8 @@ int main(int argc, char** argv) {
   if (!draft_device.empty() && speculative != "draft")
     return fail("--draft-device is used by --speculative draft only (as ltm-worker)");
   if (spec_max_batch < 1) return fail("--spec-max-batch must be >= 1");
-  if (spec_tokens < 1) return fail("--spec-tokens must be >= 1");
+  if (spec_tokens < 1 || spec_tokens > ltm::kMaxSpecTokens)  // as ltm-worker
+    return fail(absl::StrCat("--spec-tokens must be in [1, ", ltm::kMaxSpecTokens, "]"));
   if (speculative == "draft") {
     std::error_code ec;
     if (!std::filesystem::is_directory(draft_model, ec) &&

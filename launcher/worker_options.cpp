@@ -4,6 +4,7 @@
 
 #include "launcher/lora_setup.h"
 #include "runtime/backend/backend.h"
+#include "runtime/model/step_input.h"
 #include "runtime/spec/proposer.h"
 
 #include <cstdio>
@@ -229,7 +230,8 @@ ParseResult parse_worker_options(int argc, char** argv, WorkerOptions* o, std::s
   if (!o->draft_device.empty() && o->speculative != "draft")
     return fail(absl::StrCat("--draft-device is used by --speculative draft only (this is "
                              "--speculative ", o->speculative, ")"));
-  if (o->spec_tokens < 1 || o->spec_tokens > 64) return fail("--spec-tokens must be in [1, 64]");
+  if (o->spec_tokens < 1 || o->spec_tokens > kMaxSpecTokens)
+    return fail(absl::StrCat("--spec-tokens must be in [1, ", kMaxSpecTokens, "]"));
   if (o->spec_max_batch < 0) return fail("--spec-max-batch must be at least 1 (or 0: by mode)");
   if (o->spec_max_batch == 0)
     o->spec_max_batch = o->speculative == "draft" ? SpecOptions::kDraftMaxBatch : o->max_running;

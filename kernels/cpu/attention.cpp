@@ -169,8 +169,12 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const float
 void paged_attention(const PagedAttentionShape& s, const float* qkv, const void* k_cache,
                      const void* v_cache, float* out) {
   // Sequences with at least kMatrixRows new rows go through the matrix form; the rest (decodes,
-  // short chunks) through the tiled loop, threaded over (sequence, head, tile).
-  constexpr int kMatrixRows = 16;
+  // short chunks, verify rows: s.exact) through the tiled loop, threaded over (sequence, head,
+  // tile).
+  const auto matrix = [&](int seq) {
+    return s.token_offsets[seq + 1] - s.token_offsets[seq] >= kMatrixRows &&
+           (s.exact == nullptr || s.exact[seq] == 0);
+  };
   const KernelTable& kt = kernel_table();  // outside the parallel regions: may throw
   struct Item {
     int seq, head, row_begin, n_rows;
@@ -178,7 +182,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   std::vector<int> matrix_seqs;
   int max_ctx = 0;
   for (int seq = 0; seq < s.n_seqs; ++seq) {
-    if (s.token_offsets[seq + 1] - s.token_offsets[seq] >= kMatrixRows) {
+    if (matrix(seq)) {
       matrix_seqs.push_back(seq);
       continue;
     }
@@ -203,7 +207,7 @@ void paged_attention(const PagedAttentionShape& s, const float* qkv, const void*
   std::vector<Item> items;
   for (int seq = 0; seq < s.n_seqs; ++seq) {
     const int n_new = s.token_offsets[seq + 1] - s.token_offsets[seq];
-    if (n_new >= kMatrixRows) continue;
+    if (matrix(seq)) continue;
     for (int h = all_heads ? -1 : 0; h < (all_heads ? 0 : s.n_head); ++h)
       for (int r = 0; r < n_new; r += kQueryTile)
         items.push_back({seq, h, r, std::min(kQueryTile, n_new - r)});

@@ -33,7 +33,15 @@ struct PagedAttentionShape {
   const int32_t* block_tables;   // [n_seqs, max_blocks_per_seq]
   WeightType kv_type = WeightType::kF32;  // element type of the K and V caches
   int n_kv_head = 0;                      // KV heads (0: n_head); n_head % n_kv_head == 0
+  // [n_seqs] or null: a sequence with a nonzero entry has its rows computed tile by tile, as
+  // one-row decode steps compute theirs, however many they are (speculative decoding's verify
+  // rows, whose logits must have the bits plain decoding gives); the others take the matrix form
+  // from kMatrixRows new rows (a prefill chunk), whose sums run in other orders.
+  const int32_t* exact = nullptr;
 };
+
+// New rows of a sequence from which paged_attention takes the matrix form (unless `exact`).
+inline constexpr int kMatrixRows = 16;
 
 // `static`, not plain inline: the per-ISA units include this header, and an inline function
 // they share with baseline units could be linked as their AVX copy (isa_kernels.h).

@@ -24,7 +24,7 @@ namespace {
     ns::panel_gemm, ns::bias_gelu, ns::layer_norm_row, ns::add, ns::add_bias, ns::attend_tile, \
         ns::exp_shift_sum, ns::panel_gemm_bf16, ns::panel_gemm_f16, ns::attend_tile_bf16,      \
         ns::attend_tile_f16, ns::bf16_to_f32_n, ns::f16_to_f32_n, ns::f32_to_bf16_n,            \
-        ns::f32_to_f16_n, ns::rms_norm_row, ns::silu_mul_row, ns::rope_row                     \
+        ns::f32_to_f16_n, ns::rms_norm_row, ns::silu_mul_row, ns::rope_row, ns::dot_rows       \
   }
 
 const KernelTable kPortableTable = LTM_ISA_TABLE(portable);

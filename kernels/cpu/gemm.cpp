@@ -2,6 +2,9 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/isa_kernels.h"
+#include "kernels/cpu/static_for.h"
+
 namespace ltm::kernels::cpu {
 
 void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
@@ -18,6 +21,12 @@ void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, m, n, k,
               1.0f, a, k, b, b_transposed ? k : n, beta, c, n);
+}
+
+void gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  const auto kernel = kernel_table().dot_rows;  // outside the parallel region: may throw
+  static_for(m, m * n * k >= 65536, [&](int64_t r) { kernel(a + r * k, b, c + r * n, k, n); });
 }
 
 void set_blas_threads(int n) { openblas_set_num_threads(n); }

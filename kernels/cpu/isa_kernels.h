@@ -60,6 +60,9 @@ struct KernelTable {
   void (*rms_norm_row)(const float* in, const float* w, float* out, int64_t cols, float eps);
   void (*silu_mul_row)(const float* gate, const float* up, float* out, int64_t cols);
   void (*rope_row)(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);
+  // out[j] = x . a[j, :] for j < rows, a [rows, k] row-major: one row of X A^T (gemm_rows_nt),
+  // each sum in the order of `dot` (vec_kernels.inc), whatever the caller's row count.
+  void (*dot_rows)(const float* x, const float* a, float* out, int64_t k, int64_t rows);
 };
 
 // How a GEMM over `panels` column panels and m rows of A is cut into (panel, block of rows)
@@ -108,6 +111,7 @@ const KernelTable& kernel_table();
   void rms_norm_row(const float* in, const float* w, float* out, int64_t cols, float eps);       \
   void silu_mul_row(const float* gate, const float* up, float* out, int64_t cols);               \
   void rope_row(float* x, const float* cos_sin, int64_t n_heads, int64_t head_dim);              \
+  void dot_rows(const float* x, const float* a, float* out, int64_t k, int64_t rows);            \
   }
 
 LTM_DECLARE_ISA_KERNELS(portable)

@@ -110,6 +110,10 @@ struct AttentionArgs {
   int max_blocks_per_seq = 0;
   int max_context_len = 0;     // max over context_lens (host-side hint for scratch sizes)
   int max_new_tokens = 0;      // max rows of one sequence in this step
+  // [n_seqs] device, or null: nonzero for a sequence whose rows are speculative decoding's verify
+  // rows, which the CPU backend's attention computes as one-row steps do whatever their count
+  // (kernels/cpu/attention.h, PagedAttentionShape::exact); other backends may ignore it.
+  const int32_t* exact_rows = nullptr;
   int n_head = 0;              // query heads on this rank
   int n_kv_head = 0;           // KV heads on this rank (grouped-query attention); 0: n_head
   int head_dim = 0;            // d_k
@@ -274,6 +278,14 @@ class Backend {
   // C[m, n] = A[m, k] @ B + beta * C, where B is [k, n] (b_transposed=false) or [n, k] (true).
   virtual void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
                     bool b_transposed, float beta) = 0;
+  // C[m, n] = A[m, k] @ B^T for B [n, k]: a LoRA adapter's down projection (n its rank). Where
+  // the backend can, each row of C has the bits it would have alone (the CPU backend:
+  // kernels/cpu/gemm.h, gemm_rows_nt), so that speculative decoding's verify rows compute what
+  // one-row decode steps do; the default is gemm.
+  virtual void gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n,
+                            int64_t k) {
+    gemm(a, b, c, m, n, k, true, 0.0f);
+  }
   // C[m, n] = A[m, k] @ W + beta * C for a weight W from upload_weight(w, k, n).
   virtual void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
                       int64_t k, float beta) {

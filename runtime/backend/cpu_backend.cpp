@@ -171,6 +171,10 @@ void CpuBackend::gemm(const float* a, const float* b, float* c, int64_t m, int64
                       bool b_transposed, float beta) {
   kernels::cpu::gemm(a, b, c, m, n, k, b_transposed, beta);
 }
+void CpuBackend::gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n,
+                              int64_t k) {
+  kernels::cpu::gemm_rows_nt(a, b, c, m, n, k);
+}
 void CpuBackend::add_bias(float* x, const float* bias, int64_t rows, int64_t cols) {
   kernels::cpu::add_bias(x, bias, rows, cols);
 }
@@ -214,7 +218,8 @@ void CpuBackend::paged_attention(const AttentionArgs& a, const void* qkv, const 
                                           a.context_lens,
                                           a.block_tables,
                                           kernel_type(a.kv),
-                                          a.n_kv_head};
+                                          a.n_kv_head,
+                                          a.exact_rows};
   kernels::cpu::paged_attention(shape, static_cast<const float*>(qkv), k_cache, v_cache,
                                 static_cast<float*>(out));
 }

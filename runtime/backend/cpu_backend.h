@@ -71,6 +71,8 @@ class CpuBackend : public Backend {  // not final: tests emulate other backends 
 
   void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
             bool b_transposed, float beta) override;
+  void gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n,
+                    int64_t k) override;
   void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;
   void add(float* x, const float* y, int64_t n) override;
   void bias_gelu(float* x, const float* bias, int64_t rows, int64_t cols) override;

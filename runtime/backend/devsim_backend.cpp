@@ -263,6 +263,15 @@ void DevsimBackend::gemm(const float* a, const float* b, float* c, int64_t m, in
   enqueue([=] { in->gemm(a, b, c, m, n, k, b_transposed, beta); });
 }
 
+void DevsimBackend::gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n,
+                                 int64_t k) {
+  check(a, "gemm_rows_nt");
+  check(b, "gemm_rows_nt");
+  check(c, "gemm_rows_nt");
+  Backend* in = inner_.get();
+  enqueue([=] { in->gemm_rows_nt(a, b, c, m, n, k); });
+}
+
 void DevsimBackend::matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n,
                            int64_t k, float beta) {
   check(a, "matmul");

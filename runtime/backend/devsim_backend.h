@@ -103,6 +103,8 @@ class DevsimBackend final : public Backend {
 
   void gemm(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
             bool b_transposed, float beta) override;
+  void gemm_rows_nt(const float* a, const float* b, float* c, int64_t m, int64_t n,
+                    int64_t k) override;
   void matmul(const float* a, const DeviceBuffer& w, float* c, int64_t m, int64_t n, int64_t k,
               float beta) override;
   void add_bias(float* x, const float* bias, int64_t rows, int64_t cols) override;

@@ -228,12 +228,28 @@ void Model::ensure_workspace(Workspace& ws, int64_t n) {
 }
 
 // The step's int32 arrays go to the device as one piece (one pinned copy on a GPU), each at a
-// 16-byte aligned offset of it: offsets, contexts, block tables, slots, ids, positions and the
-// logit rows (compute_logits takes its view when handed the same rows).
+// 16-byte aligned offset of it: offsets, contexts, block tables, slots, ids, positions, the
+// logit rows (compute_logits takes its view when handed the same rows) and which sequences' rows
+// are verify rows.
 void Model::upload_step(const StepInput& step) {
+  // A sequence whose every new row (2 to kMaxSpecTokens + 1 of them) asks for logits is a verify
+  // step's (a prefill chunk asks for its last row's, a decode row is one): its attention must
+  // give the bits of one-row decode steps however many rows it has (AttentionArgs::exact_rows).
+  step_exact_.assign(static_cast<size_t>(step.n_seqs()), 0);
+  bool any_exact = false;
+  for (int32_t r : step.logit_rows) {
+    const auto it = std::upper_bound(step.token_offsets.begin(), step.token_offsets.end(), r);
+    const auto s = static_cast<size_t>(it - step.token_offsets.begin() - 1);
+    if (s < step_exact_.size()) ++step_exact_[s];
+  }
+  for (size_t s = 0; s < step_exact_.size(); ++s) {
+    const int32_t n_new = step.token_offsets[s + 1] - step.token_offsets[s];
+    step_exact_[s] = n_new > 1 && n_new <= kMaxSpecTokens + 1 && step_exact_[s] == n_new;
+    any_exact = any_exact || step_exact_[s] != 0;
+  }
   const std::vector<int32_t>* parts[kStepArrays] = {
       &step.token_offsets, &step.slot_mapping, &step.context_lens, &step.block_tables,
-      &step.token_ids, &step.positions, &step.logit_rows};
+      &step.token_ids, &step.positions, &step.logit_rows, &step_exact_};
   size_t at[kStepArrays];
   size_t total = 0;
   for (size_t i = 0; i < kStepArrays; ++i) {
@@ -257,6 +273,7 @@ void Model::upload_step(const StepInput& step) {
   a.block_tables = base + at[3];
   staged_token_ids_ = base + at[4];
   staged_positions_ = base + at[5];
+  a.exact_rows = any_exact ? base + at[7] : nullptr;
   a.max_blocks_per_seq = step.max_blocks_per_seq;
   a.max_context_len = 0;
   a.max_new_tokens = 0;
@@ -429,8 +446,13 @@ absl::Status Model::add_adapter(int32_t id, const LoraAdapter& adapter) {
       mw.in = s.in;
       mw.out = s.out;
       mw.a = backend_.upload(s.a.data(), s.a.size() * sizeof(float), false);
-      mw.b = backend_.upload(s.b.data(), s.b.size() * sizeof(float), false);
-      w.bytes += (s.a.size() + s.b.size()) * sizeof(float);
+      // B^T [rank, out] as a weight: the product then runs on the backend's matmul (the CPU's
+      // packed GEMM, whose rows do not depend on the row count).
+      std::vector<float> bt(s.b.size());
+      for (int64_t o = 0; o < s.out; ++o)
+        for (int64_t j = 0; j < s.rank; ++j) bt[j * s.out + o] = s.b[o * s.rank + j];
+      mw.b = backend_.upload_weight(bt.data(), s.rank, s.out, Precision::kF32);
+      w.bytes += mw.a.bytes() + mw.b.bytes();
     }
     w.layer.push_back(std::move(mods));
   }
@@ -499,18 +521,19 @@ void Model::apply_lora(size_t l, LoraModule m, Act x, Act out) {
       backend_.act_to_f32(x.at(run.row0 * mw.in), lora_x32_.f32(), elems);
       x32 = lora_x32_.f32();
     }
-    // t = x A^T  [rows, r];  out += t B^T  [rows, out_local]  (B carries the scale)
-    backend_.gemm(x32, mw.a.f32(), t, rows, mw.rank, mw.in, true, 0.0f);
+    // t = x A^T  [rows, r];  out += t B^T  [rows, out_local]  (B carries the scale). Both row by
+    // row on the CPU: a verify step's rows must have the bits of one-row decode steps (with
+    // OpenBLAS, one row took sgemv and several sgemm, which sum in other orders).
+    backend_.gemm_rows_nt(x32, mw.a.f32(), t, rows, mw.rank, mw.in);
     if (out.type == Precision::kF32) {
-      backend_.gemm(t, mw.b.f32(), out.f32() + run.row0 * mw.out, rows, mw.out, mw.rank, true,
-                    1.0f);
+      backend_.matmul(t, mw.b, out.f32() + run.row0 * mw.out, rows, mw.out, mw.rank, 1.0f);
     } else {
       const int64_t elems = rows * mw.out;
       if (elems > lora_y32_elems_) {
         lora_y32_ = backend_.alloc(static_cast<size_t>(elems) * sizeof(float));
         lora_y32_elems_ = elems;
       }
-      backend_.gemm(t, mw.b.f32(), lora_y32_.f32(), rows, mw.out, mw.rank, true, 0.0f);
+      backend_.matmul(t, mw.b, lora_y32_.f32(), rows, mw.out, mw.rank, 0.0f);
       backend_.add_f32_to_act(out.at(run.row0 * mw.out), lora_y32_.f32(), elems);
     }
   }

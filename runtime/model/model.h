@@ -76,7 +76,8 @@ struct LoraModuleWeights {
   int rank = 0;                 // 0: no update for this module
   int64_t in = 0, out = 0;
   DeviceBuffer a;               // [rank, in_local]
-  DeviceBuffer b;               // [out_local, rank], times the adapter's scale
+  DeviceBuffer b;               // B^T [rank, out_local] as a weight (upload_weight), times the
+                                // adapter's scale
 };
 // A resident adapter: per local layer, per module (LoraModule order).
 struct LoraWeights {
@@ -247,8 +248,9 @@ class Model {
 
   // Per-step metadata on the device, and its AttentionArgs: the step's int32 arrays packed into
   // step_host_ and staged as one copy into d_step_ (upload_step); views of it below.
-  static constexpr size_t kStepArrays = 7;
+  static constexpr size_t kStepArrays = 8;
   std::vector<int32_t> step_host_;
+  std::vector<int32_t> step_exact_;  // [n_seqs]: AttentionArgs::exact_rows (verify rows)
   DeviceBuffer d_step_, d_logit_rows_;
   const int32_t* staged_token_ids_ = nullptr;
   const int32_t* staged_positions_ = nullptr;

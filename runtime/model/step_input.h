@@ -7,6 +7,10 @@
 
 namespace ltm {
 
+// The most drafts one sequence verifies in a step (ltm-worker --spec-tokens): its verify rows are
+// those and its last token.
+inline constexpr int32_t kMaxSpecTokens = 64;
+
 // One forward step for a batch of sequences, as host arrays (the plan every rank receives).
 // Sequence s owns batch rows [token_offsets[s], token_offsets[s+1]); after this step its context
 // holds context_lens[s] tokens.

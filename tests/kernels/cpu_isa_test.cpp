@@ -24,6 +24,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa_kernels.h"  // the paths' vector conversions, compared bit for bit
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cpu/weight_type.h"
@@ -188,6 +189,41 @@ TEST_P(CpuKernelsIsa, AddAndAddBias) {
   std::vector<float> out = x;
   add_bias(out.data(), bias.data(), rows, cols);
   for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(out[i], x[i] + bias[i % cols]) << i;
+}
+
+// gemm_rows_nt (a LoRA adapter's down projection, C = A B^T for B [n, k]): against sums in
+// double, and each row of C with the bits of the same row computed alone, at every row count and
+// with 1 and 2 threads (what speculative decoding's verify rows rely on: model/verify_rows_test).
+TEST_P(CpuKernelsIsa, GemmRowsNtAgainstDoubleAndRowAlone) {
+  const int saved = omp_get_max_threads();
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {4, 7}, {8, 33}, {8, 768}, {64, 3072},
+                      {16, 100}}) {
+    constexpr int64_t kRows = 17;
+    const std::vector<float> a = random_floats(kRows * k, -1.0f, 1.0f, 21);
+    const std::vector<float> b = random_floats(n * k, -1.0f, 1.0f, 22);
+    std::vector<float> alone(kRows * n);
+    for (int64_t r = 0; r < kRows; ++r)
+      gemm_rows_nt(a.data() + r * k, b.data(), alone.data() + r * n, 1, n, k);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < k; ++i) {
+          want += static_cast<double>(a[r * k + i]) * b[j * k + i];
+          mag += std::fabs(static_cast<double>(a[r * k + i]) * b[j * k + i]);
+        }
+        ASSERT_NEAR(alone[r * n + j], want, 1e-6 * mag + 1e-30) << "n=" << n << " k=" << k;
+      }
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (int64_t m : {2, 3, 7, 17}) {
+        std::vector<float> c(m * n, std::nanf(""));
+        gemm_rows_nt(a.data(), b.data(), c.data(), m, n, k);
+        EXPECT_EQ(0, std::memcmp(c.data(), alone.data(), c.size() * sizeof(float)))
+            << "m=" << m << " n=" << n << " k=" << k << " threads=" << threads;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // Paged attention over shuffled blocks: decode rows, short chunks (query tiles of 4 and a

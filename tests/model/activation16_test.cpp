@@ -327,49 +327,12 @@ TEST(Activation16, Int8WeightsWithFp16ActivationsWithinTheGpuTolerance) {
   }
 }
 
-// A LoRA adapter on every module (rank 4) of the margin checkpoint, written as a PEFT folder.
-std::string write_adapter(const ModelConfig& c) {
-  std::string dir = ::testing::TempDir() + "/ltm_act16_lora_XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) return "";
-  std::ofstream(dir + "/adapter_config.json")
-      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "fan_in_fan_out": true,)"
-      << R"( "bias": "none", "target_modules": ["c_attn", "c_proj", "c_fc"]})";
-  const int64_t d = c.n_embd, ff = c.n_inner, r = 4;
-  struct Module {
-    std::string name;
-    int64_t in, out;
-  };
-  std::vector<std::string> data;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (const Module& m : {Module{"attn.c_attn", d, 3 * d}, Module{"attn.c_proj", d, d},
-                            Module{"mlp.c_fc", d, ff}, Module{"mlp.c_proj", ff, d}}) {
-      for (char ab : {'A', 'B'}) {
-        const std::vector<int64_t> shape = ab == 'A' ? std::vector<int64_t>{r, m.in}
-                                                     : std::vector<int64_t>{m.out, r};
-        std::vector<float> v(static_cast<size_t>(shape[0] * shape[1]));
-        for (size_t i = 0; i < v.size(); ++i)
-          v[i] = 0.05f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(l + ab));
-        data.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-        shapes.push_back({"base_model.model.transformer.h." + std::to_string(l) + "." + m.name +
-                              ".lora_" + std::string(1, ab) + ".weight",
-                          shape});
-      }
-    }
-  }
-  std::vector<SafetensorsWriteTensor> w;
-  for (size_t i = 0; i < data.size(); ++i)
-    w.push_back({shapes[i].first, "F32", shapes[i].second, data[i]});
-  if (!write_safetensors(dir + "/adapter_model.safetensors", w).ok()) return "";
-  return dir;
-}
-
 // LoRA on 16-bit activations (x widened into fp32 scratch, the update added into the 16-bit
 // output; biases after the update): b runs with an adapter beside a without one, so the adapter's
 // rows start inside the batch.
 TEST(Activation16, LoraUpdateOn16BitActivationsMatchesFp32) {
   const ModelConfig c = greedy::margin_config(4);
-  const std::string dir = write_adapter(c);
+  const std::string dir = greedy::write_adapter(c);
   ASSERT_FALSE(dir.empty());
   absl::StatusOr<LoraAdapter> adapter = LoraAdapter::open(dir, c, 16);
   ASSERT_TRUE(adapter.ok()) << adapter.status();

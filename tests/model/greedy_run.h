@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +24,7 @@
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/model.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "runtime/model/step_input.h"
 #include "runtime/model/weight_source.h"
 
@@ -223,6 +227,46 @@ inline std::pair<GreedySeq, GreedySeq> greedy_pair(Model& model, Backend& backen
     greedy_step(model, backend, cache, live, ones);
   }
   return {std::move(a), std::move(b)};
+}
+
+// A LoRA adapter of rank `r` (alpha 2r) on every module of a GPT-2 margin checkpoint, written as
+// a PEFT folder under the test's temporary folder; "" if it could not be written.
+inline std::string write_adapter(const ModelConfig& c, int64_t r = 4) {
+  // (std::filesystem, not ::testing::TempDir: the GPU-only build's GoogleTest lacks it)
+  std::string dir = std::filesystem::temp_directory_path().string() + "/ltm_margin_lora_XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return "";
+  std::ofstream(dir + "/adapter_config.json")
+      << R"({"peft_type": "LORA", "r": )" << r << R"(, "lora_alpha": )" << 2 * r
+      << R"(, "fan_in_fan_out": true,)"
+      << R"( "bias": "none", "target_modules": ["c_attn", "c_proj", "c_fc"]})";
+  const int64_t d = c.n_embd, ff = c.n_inner;
+  struct Module {
+    std::string name;
+    int64_t in, out;
+  };
+  std::vector<std::string> data;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (const Module& m : {Module{"attn.c_attn", d, 3 * d}, Module{"attn.c_proj", d, d},
+                            Module{"mlp.c_fc", d, ff}, Module{"mlp.c_proj", ff, d}}) {
+      for (char ab : {'A', 'B'}) {
+        const std::vector<int64_t> shape = ab == 'A' ? std::vector<int64_t>{r, m.in}
+                                                     : std::vector<int64_t>{m.out, r};
+        std::vector<float> v(static_cast<size_t>(shape[0] * shape[1]));
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = 0.05f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(l + ab));
+        data.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+        shapes.push_back({"base_model.model.transformer.h." + std::to_string(l) + "." + m.name +
+                              ".lora_" + std::string(1, ab) + ".weight",
+                          shape});
+      }
+    }
+  }
+  std::vector<SafetensorsWriteTensor> w;
+  for (size_t i = 0; i < data.size(); ++i)
+    w.push_back({shapes[i].first, "F32", shapes[i].second, data[i]});
+  if (!write_safetensors(dir + "/adapter_model.safetensors", w).ok()) return "";
+  return dir;
 }
 
 // Largest |x - y| over a step's logits, relative to that step's largest |x|; and the smallest
