@@ -176,6 +176,9 @@ def test_plan_counts_the_draft_model_as_the_worker_holds_it(tmp_path):
     assert dev["device_extra_bytes"] > 0 and dev["kv_bytes"] == host["kv_bytes"], dev
     p = plan(*gpu, "--draft-device", "gpu", check=False)
     assert p.returncode == 2 and "--draft-device must be cpu or device" in p.stderr, p.stderr
+    for k in (0, 65):  # the worker's range: a verify step's rows stay within what is checked
+        p = plan(*gpu, "--spec-tokens", k, check=False)
+        assert p.returncode == 2 and "--spec-tokens must be in [1, 64]" in p.stderr, p.stderr
 
 
 def test_a_plan_that_the_draft_pushes_over_says_so(tmp_path):
