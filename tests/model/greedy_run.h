@@ -148,10 +148,13 @@ struct GreedySeq {
   int32_t adapter = 0;                     // LoRA adapter id (0: none)
 };
 
-// One step over `seqs`, each taking its next `chunk[i]` tokens (all the rest when 0); appends
-// each sequence's greedy next token and its logits.
-inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
-                        const std::vector<GreedySeq*>& seqs, std::vector<int32_t> chunk) {
+// One step over `seqs`, each feeding its next `n[i]` tokens (all the rest when 0), run on the
+// model; the logits of the step's last row of each sequence, or with `every_row` of every row
+// fed (speculative decoding's verify rows), in order, vocab_local() floats each. Advances each
+// sequence's `computed`.
+inline std::vector<std::vector<float>> run_step(Model& model, Backend& backend, KvCache& cache,
+                                                const std::vector<GreedySeq*>& seqs,
+                                                std::vector<int32_t> n, bool every_row = false) {
   const int32_t bs = cache.block_size();
   StepInput in;
   int32_t max_blocks = 0;
@@ -160,18 +163,19 @@ inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
   in.token_offsets.push_back(0);
   for (size_t i = 0; i < seqs.size(); ++i) {
     GreedySeq* s = seqs[i];
-    if (chunk[i] == 0) chunk[i] = static_cast<int32_t>(s->tokens.size()) - s->computed;
-    for (int32_t j = 0; j < chunk[i]; ++j) {
+    if (n[i] == 0) n[i] = static_cast<int32_t>(s->tokens.size()) - s->computed;
+    for (int32_t j = 0; j < n[i]; ++j) {
       const int32_t pos = s->computed + j;
       in.token_ids.push_back(s->tokens[pos]);
       in.positions.push_back(pos);
       in.slot_mapping.push_back(s->blocks[pos / bs] * bs + pos % bs);
+      if (every_row) in.logit_rows.push_back(in.n_tokens() - 1);
     }
     in.token_offsets.push_back(in.n_tokens());
-    in.context_lens.push_back(s->computed + chunk[i]);
+    in.context_lens.push_back(s->computed + n[i]);
     for (int32_t b = 0; b < max_blocks; ++b)
       in.block_tables.push_back(b < static_cast<int32_t>(s->blocks.size()) ? s->blocks[b] : 0);
-    in.logit_rows.push_back(in.n_tokens() - 1);
+    if (!every_row) in.logit_rows.push_back(in.n_tokens() - 1);
   }
   for (GreedySeq* s : seqs)
     if (s->adapter != 0) {
@@ -179,18 +183,30 @@ inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
       break;
     }
   const int64_t d = model.config().n_embd, vocab = model.vocab_local();
+  const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
   DeviceBuffer hidden = backend.alloc(static_cast<size_t>(in.n_tokens() * d) * sizeof(float));
-  DeviceBuffer logits = backend.alloc(seqs.size() * static_cast<size_t>(vocab) * sizeof(float));
+  DeviceBuffer logits = backend.alloc(static_cast<size_t>(rows * vocab) * sizeof(float));
   model.run_stage(in, hidden.f32(), cache);
   model.compute_logits(in, hidden.f32(), logits.f32());
-  std::vector<float> host(seqs.size() * static_cast<size_t>(vocab));
+  std::vector<float> host(static_cast<size_t>(rows * vocab));
   backend.copy_to_host(host.data(), logits.data(), host.size() * sizeof(float));
   backend.synchronize();
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->computed += n[i];
+  std::vector<std::vector<float>> out;
+  for (int64_t r = 0; r < rows; ++r)
+    out.emplace_back(host.begin() + r * vocab, host.begin() + (r + 1) * vocab);
+  return out;
+}
+
+// One step over `seqs`, each taking its next `chunk[i]` tokens (all the rest when 0); appends
+// each sequence's greedy next token and its logits.
+inline void greedy_step(Model& model, Backend& backend, KvCache& cache,
+                        const std::vector<GreedySeq*>& seqs, std::vector<int32_t> chunk) {
+  std::vector<std::vector<float>> rows = run_step(model, backend, cache, seqs, std::move(chunk));
   const int64_t real_vocab = model.config().vocab_size;  // padding rows are not tokens
   for (size_t i = 0; i < seqs.size(); ++i) {
     GreedySeq* s = seqs[i];
-    s->computed += chunk[i];
-    std::vector<float> row(host.begin() + i * vocab, host.begin() + i * vocab + real_vocab);
+    std::vector<float> row(rows[i].begin(), rows[i].begin() + real_vocab);
     const auto top = std::max_element(row.begin(), row.end()) - row.begin();
     s->generated.push_back(static_cast<int32_t>(top));
     s->tokens.push_back(static_cast<int32_t>(top));

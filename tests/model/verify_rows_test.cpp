@@ -30,51 +30,11 @@
 namespace ltm {
 namespace {
 
-// One step in which each sequence feeds its next n[i] tokens; the logits of every row fed, in
-// order.
+// One step in which each sequence feeds its next n[i] tokens; the logits of every row fed.
 std::vector<std::vector<float>> step_rows(greedy::ModelRun& run,
                                           const std::vector<greedy::GreedySeq*>& seqs,
                                           const std::vector<int32_t>& n) {
-  const int32_t bs = run.cache->block_size();
-  StepInput in;
-  int32_t max_blocks = 0;
-  for (greedy::GreedySeq* s : seqs) max_blocks = std::max<int32_t>(max_blocks, s->blocks.size());
-  in.max_blocks_per_seq = max_blocks;
-  in.token_offsets.push_back(0);
-  bool adapters = false;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    greedy::GreedySeq* s = seqs[i];
-    for (int32_t j = 0; j < n[i]; ++j) {
-      const int32_t pos = s->computed + j;
-      in.token_ids.push_back(s->tokens[pos]);
-      in.positions.push_back(pos);
-      in.slot_mapping.push_back(s->blocks[pos / bs] * bs + pos % bs);
-      in.logit_rows.push_back(in.n_tokens() - 1);
-    }
-    in.token_offsets.push_back(in.n_tokens());
-    in.context_lens.push_back(s->computed + n[i]);
-    for (int32_t b = 0; b < max_blocks; ++b)
-      in.block_tables.push_back(b < static_cast<int32_t>(s->blocks.size()) ? s->blocks[b] : 0);
-    adapters = adapters || s->adapter != 0;
-  }
-  if (adapters)
-    for (greedy::GreedySeq* s : seqs) in.adapter_ids.push_back(s->adapter);
-  Model& model = *run.model;
-  Backend& backend = *run.backend;
-  const int64_t d = model.config().n_embd, vocab = model.vocab_local();
-  const int64_t rows = static_cast<int64_t>(in.logit_rows.size());
-  DeviceBuffer hidden = backend.alloc(static_cast<size_t>(in.n_tokens() * d) * sizeof(float));
-  DeviceBuffer logits = backend.alloc(static_cast<size_t>(rows * vocab) * sizeof(float));
-  model.run_stage(in, hidden.f32(), *run.cache);
-  model.compute_logits(in, hidden.f32(), logits.f32());
-  std::vector<float> host(static_cast<size_t>(rows * vocab));
-  backend.copy_to_host(host.data(), logits.data(), host.size() * sizeof(float));
-  backend.synchronize();
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->computed += n[i];
-  std::vector<std::vector<float>> out;
-  for (int64_t r = 0; r < rows; ++r)
-    out.emplace_back(host.begin() + r * vocab, host.begin() + (r + 1) * vocab);
-  return out;
+  return greedy::run_step(*run.model, *run.backend, *run.cache, seqs, n, true);
 }
 
 int32_t argmax(const std::vector<float>& row) {
