@@ -33,6 +33,10 @@ SEED = 6       # a draw that showed the differences (a scratch search's, 2026-12
 DRAWS = 400    # cases drawn; the valid greedy or seeded gRPC ones are sent
 THREADS = 6
 TIMEOUT = 120.0  # a hang detector, not a speed assertion
+# The KV cache a server, MiB. 24 holds every request; LTM_SPEC_DIFF_KV_MB=2 makes the servers
+# preempt and recompute sequences, which is known to change later tokens (docs/architecture.md,
+# "Known limits"): a measurement, under which this test is expected to fail.
+KV_MB = int(os.environ.get("LTM_SPEC_DIFF_KV_MB", "24"))
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,7 @@ def servers(tmp_path_factory):
     make_adapter(os.path.join(lora, "p"), SHAPE.config, r=4, alpha=8, seed=1, std=0.05)
     make_adapter(os.path.join(lora, "q"), SHAPE.config, r=2, alpha=4, seed=2, std=0.05,
                  modules=["attn.c_attn", "mlp.c_proj"])
-    common = ["--kv-memory-mb", 24, "--lora-dir", lora, "--lora-max-rank", 8,
+    common = ["--kv-memory-mb", KV_MB, "--lora-dir", lora, "--lora-max-rank", 8,
               "--weight-dtype", "int8"]
     spec = ["--speculative", "ngram", "--spec-tokens", 20, "--spec-token-cost", 0.02,
             "--spec-max-batch", 64]
@@ -113,9 +117,11 @@ def test_ngram_answers_every_request_as_off_does(servers):
     fams = on.metrics()
     proposed = on.sample("ltm_spec_proposed_tokens_total", fams)
     accepted = on.sample("ltm_spec_accepted_tokens_total", fams)
+    preempted = [srv.sample("ltm_preemptions_total") for srv in (off, on)]
     print(f"{len(cases)} requests ({long} of 64 tokens or more): {len(differ)} differ; "
-          f"{accepted:.0f} of {proposed:.0f} drafts accepted")
-    assert not differ, "\n".join(differ[:5])
+          f"{accepted:.0f} of {proposed:.0f} drafts accepted; preemptions off {preempted[0]:.0f}, "
+          f"ngram {preempted[1]:.0f}")
+    assert not differ, f"{len(differ)} of {len(cases)} differ:\n" + "\n".join(differ[:5])
     # Not vacuous: long answers, and many drafts verified and accepted.
     assert long >= 30, long
     assert accepted >= 1000 and proposed > accepted, (proposed, accepted)
