@@ -2,6 +2,8 @@
 
 #include <cblas.h>  // OpenBLAS's, or the GPU-only build's stand-in (defines LTM_CBLAS_SUBSET)
 
+#include <strings.h>
+
 #include <cstdlib>
 #include <optional>
 
@@ -36,20 +38,36 @@ std::string blas_core() {
   return name != nullptr ? name : "";
 }
 
-std::string select_blas_core(const char* core) {
-  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return "";
-  // gotoblas_dynamic_init reads OPENBLAS_CORETYPE (detection when unset); the process's own value
-  // is put back after.
-  const char* env = std::getenv("OPENBLAS_CORETYPE");
-  const std::optional<std::string> saved = env ? std::optional<std::string>(env) : std::nullopt;
-  const std::string before = blas_core();
+namespace {
+
+// Runs OpenBLAS's dispatch again with OPENBLAS_CORETYPE set to `core` (nullptr: the process's own
+// value, or detection where it has none), then puts the process's own value back.
+void redispatch(const char* core, const std::optional<std::string>& saved) {
   if (core != nullptr) setenv("OPENBLAS_CORETYPE", core, 1);
   else if (!saved) unsetenv("OPENBLAS_CORETYPE");
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();
   if (saved) setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
   else unsetenv("OPENBLAS_CORETYPE");
-  const std::string after = blas_core();
+}
+
+}  // namespace
+
+std::string select_blas_core(const char* core) {
+  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return "";
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const std::optional<std::string> saved = env ? std::optional<std::string>(env) : std::nullopt;
+  const std::string before = blas_core();
+  redispatch(core, saved);
+  std::string after = blas_core();
+  // A name OpenBLAS does not know leaves it on a core of its own fallback rule, not on the one it
+  // ran ("Core not found", then Haswell on an AMD Zen 3 whose own core is Zen): the old one is
+  // selected again by its name.
+  if (core != nullptr && !before.empty() && strcasecmp(after.c_str(), core) != 0 &&
+      strcasecmp(after.c_str(), before.c_str()) != 0) {
+    redispatch(before.c_str(), saved);
+    after = blas_core();
+  }
   return after.empty() ? before : after;
 }
 #endif

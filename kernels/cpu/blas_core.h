@@ -1,7 +1,7 @@
 // OpenBLAS's kernels made to follow LTM_CPU_ISA.
 //
 // Debian's OpenBLAS is built with DYNAMIC_ARCH: when it loads, it picks its kernels for the CPU it
-// runs on ("Cooperlake" on an AMD Zen 4, "Haswell" on a Zen 3), or the core OPENBLAS_CORETYPE
+// runs on ("Cooperlake" on an AMD Zen 4, "Zen" on a Zen 3), or the core OPENBLAS_CORETYPE
 // names. ltm calls it for the prefill attention's two products (kernels/cpu/attention.cpp) and
 // ltm-bench's sgemm probe. So LTM_CPU_ISA=avx2 on an AVX-512 CPU forced ltm's own kernels only:
 // a "forced AVX2" figure still ran those products with AVX-512 (perf of a forced-AVX2 server:
