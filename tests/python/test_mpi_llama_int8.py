@@ -9,9 +9,18 @@ of 32 (Llama at tp 4: o_proj 48 rows, down_proj 80; Qwen2 at tp 4: down_proj 80)
 group is its own, quantized with its own scale: a different (not a worse) quantization, which
 the reference reproduces (int8_tp: those matrices and their inputs quantized per slice). The
 prompt's logits (teacher-forced: the same context in every layout) must be within INT8_FLIP of
-the reference quantizing as the layout does, at a mean distance under a fifth of that to the
-weights-only reference; and within INT8_FLIP of one rank's where the layout quantizes the same
-groups (all but tp 4)."""
+the reference quantizing as the layout does; within INT8_FLIP of one rank's where the layout
+quantizes the same groups (all but tp 4); and, as a mean over the prompt, under MEAN_SHARE of the
+distance to the weights-only reference (activations quantized as the reference does them) and,
+where the layout's groups differ from one rank's (tp 4), under half the distance to the
+reference that quantizes the groups as one rank does.
+
+Why a share and not bit equality: the reference sums a row-parallel product's slices in its own
+order, the all-reduce in another, so an activation at a rounding boundary can round the other
+way in one of them, and every later position sees the changed K/V. On an AMD Zen 3 (AVX2 path,
+and the portable path alike) Llama at tp 4 flips at position 2: from there its logits lie 0.1-0.25
+from the layout's reference, a mean of 0.040 = 0.20 of the weights-only distance (0.200), where
+quantizing as one rank would give 0.147 (0.73 of it)."""
 import numpy as np
 import pytest
 import torch
@@ -24,6 +33,7 @@ from test_llama_model import LLAMA, QWEN2, VOCAB
 
 LAYOUTS = [(1, 1), (2, 2), (4, 1)]
 INT8_FLIP = 0.3
+MEAN_SHARE = 0.35
 
 
 @pytest.mark.parametrize("family,shape", [("llama", LLAMA), ("qwen2", QWEN2)])
@@ -54,4 +64,9 @@ def test_int8_layouts_match_one_rank_and_the_quantizing_reference(tmp_path, fami
         if tp < 4:
             assert d_one.max() < INT8_FLIP, (tp, pp)
         assert d_same.max() < INT8_FLIP, (tp, pp)
-        assert d_same.mean() < 0.2 * d_wo.mean(), (tp, pp)
+        assert d_same.mean() < MEAN_SHARE * d_wo.mean(), (tp, pp)
+        if tp == 4:
+            one_rank = LlamaReference(w, c, weight_round="int8", int8_tp=1).logits(prompt).numpy()
+            d_other = np.abs(got - one_rank)
+            print(f"  quantizing as one rank: mean {d_other.mean():.3g}")
+            assert d_same.mean() < 0.5 * d_other.mean(), (tp, pp)
